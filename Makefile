@@ -1,0 +1,136 @@
+# Makefile for feed (github.com/feedhq/feed).
+#
+# Database discovery (shared by every target that needs MySQL):
+#
+#   tests (test, bench, crash) -- FEED_TEST_MYSQL_DSN, a DSN *without* a
+#   database name, e.g. root@tcp(127.0.0.1:3307)/:
+#     1. FEED_TEST_MYSQL_DSN set      -> use it
+#     2. else docker answers          -> leave it unset; the Go tests start a
+#                                        MySQL 8.4 testcontainer themselves
+#     3. else                         -> .ci/localdb.sh (project-private
+#                                        MariaDB under .data/, port 3307)
+#
+#   service (run, migrate) -- FEED_MYSQL_DSN, a DSN *with* the database name,
+#   e.g. root@tcp(127.0.0.1:3307)/feed:
+#     1. FEED_MYSQL_DSN set           -> go run ./cmd/feedd ...
+#     2. else docker answers          -> docker compose (docker-compose.yml)
+#     3. else                         -> .ci/localdb.sh, database "feed"
+#
+# Set NO_DOCKER=1 to skip the docker probe.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO         ?= go
+GOFMT      ?= gofmt
+DOCKER     ?= docker
+# "docker compose" (plugin) if available, else docker-compose (v1).
+COMPOSE    ?= $(shell if $(DOCKER) compose version >/dev/null 2>&1; then echo "$(DOCKER) compose"; \
+	elif command -v docker-compose >/dev/null 2>&1; then echo docker-compose; else echo "$(DOCKER) compose"; fi)
+TESTFLAGS  ?=
+BENCHFLAGS ?=
+NO_DOCKER  ?=
+# Database name used by run/migrate against the local server.
+FEED_DB    ?= feed
+
+# Go is installed in /usr/local/go on the CI machines; use it if go is not on
+# PATH already.
+ifeq ($(shell command -v $(GO) 2>/dev/null),)
+ifneq ($(wildcard /usr/local/go/bin/go),)
+export PATH := /usr/local/go/bin:$(PATH)
+endif
+endif
+
+# Shell condition: true when a Docker engine answers (quietly, short timeout).
+DOCKER_OK = { [ -z "$(NO_DOCKER)" ] && command -v $(DOCKER) >/dev/null 2>&1 && \
+	timeout 5 $(DOCKER) info >/dev/null 2>&1; }
+
+# Shell snippet: discover the test database and export FEED_TEST_MYSQL_DSN
+# for this recipe line and every sub-process. Prefix a recipe line with it.
+WITH_TEST_DB = \
+	if [ -n "$${FEED_TEST_MYSQL_DSN:-}" ]; then \
+		echo "make $@: using FEED_TEST_MYSQL_DSN from the environment ($$FEED_TEST_MYSQL_DSN)"; \
+	elif $(DOCKER_OK); then \
+		unset FEED_TEST_MYSQL_DSN; \
+		echo "make $@: docker answers; FEED_TEST_MYSQL_DSN unset, tests use a MySQL 8.4 testcontainer"; \
+	else \
+		FEED_TEST_MYSQL_DSN="$$(.ci/localdb.sh)"; \
+		echo "make $@: no DSN and no docker; using local server from .ci/localdb.sh ($$FEED_TEST_MYSQL_DSN)"; \
+	fi; \
+	export FEED_TEST_MYSQL_DSN;
+
+# $(call run_feedd,<command for the docker path>,<feedd arguments>)
+# Discover the service database and run feedd against it.
+run_feedd = \
+	if [ -n "$${FEED_MYSQL_DSN:-}" ]; then \
+		echo "make $@: using FEED_MYSQL_DSN from the environment"; \
+	elif $(DOCKER_OK); then \
+		echo "make $@: docker answers; using docker compose ($(1))"; \
+		exec $(1); \
+	else \
+		FEED_MYSQL_DSN="$$(.ci/localdb.sh start $(FEED_DB))"; \
+		export FEED_MYSQL_DSN; \
+		echo "make $@: no DSN and no docker; using local server from .ci/localdb.sh ($$FEED_MYSQL_DSN)"; \
+	fi; \
+	exec $(GO) run ./cmd/feedd $(2)
+
+.PHONY: help
+help: ## Show this help
+	@echo "Usage: make <target> [GO=go] [TESTFLAGS=...] [BENCHFLAGS=...] [NO_DOCKER=1]"
+	@echo
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
+		awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
+
+.PHONY: run
+run: ## Run feedd serve (FEED_MYSQL_DSN, else docker compose, else local MariaDB)
+	@$(call run_feedd,$(COMPOSE) up --build,serve)
+
+.PHONY: migrate
+migrate: ## Run feedd migrate (same database discovery as run)
+	@$(call run_feedd,$(COMPOSE) run --rm feedd go run ./cmd/feedd migrate,migrate)
+
+.PHONY: build
+build: ## Build bin/feedd
+	$(GO) build -o bin/feedd ./cmd/feedd
+
+.PHONY: test
+test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB
+	@$(WITH_TEST_DB) \
+	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./...
+
+.PHONY: bench
+bench: ## Run cmd/feedbench (writes docs/BENCHMARKS.md)
+	@$(WITH_TEST_DB) \
+	set -x; $(GO) run ./cmd/feedbench $(BENCHFLAGS)
+
+.PHONY: crash
+crash: ## Run the full crash/recovery tests (FEED_CRASH_FULL=1, -run TestCrash)
+	@$(WITH_TEST_DB) \
+	export FEED_CRASH_FULL=1; \
+	set -x; $(GO) test -count=1 -timeout 60m -run 'TestCrash' $(TESTFLAGS) ./...
+
+.PHONY: fmt
+fmt: ## Fail if gofmt would change any file (gofmt -l)
+	@files="$$(find . \( -path ./.data -o -path ./.git -o -path ./bin -o -path ./vendor \) -prune \
+		-o -name '*.go' -type f -print0 | xargs -0 -r $(GOFMT) -l)"; \
+	if [ -n "$$files" ]; then \
+		echo "gofmt: these files need formatting (run gofmt -w):"; \
+		echo "$$files"; \
+		exit 1; \
+	fi
+
+.PHONY: vet
+vet: ## go vet ./...
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: fmt vet ## fmt + vet
+
+.PHONY: db-stop
+db-stop: ## Stop the local MariaDB started by .ci/localdb.sh
+	.ci/localdb.sh stop
+
+.PHONY: clean
+clean: ## Remove build output (bin/)
+	rm -rf bin/

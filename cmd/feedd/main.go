@@ -1,0 +1,204 @@
+// Command feedd runs the feed service: `feedd serve` (HTTP API and fan-out
+// workers) and `feedd migrate` (schema on every shard).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/feedhq/feed/httpapi"
+	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	m := NewMain()
+	if err := m.ParseFlags(os.Args[1:]); errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	} else if err != nil {
+		fmt.Fprintln(os.Stderr, "feedd:", err)
+		os.Exit(2)
+	}
+	if err := m.Run(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "feedd:", err)
+		m.Close()
+		os.Exit(1)
+	}
+	if m.Command == "serve" {
+		<-ctx.Done()
+	}
+	if err := m.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "feedd:", err)
+		os.Exit(1)
+	}
+}
+
+// Main is the program, built so tests can run it in-process: ParseFlags,
+// Run (which returns once serving), Close (graceful stop).
+type Main struct {
+	Command string
+	Config  Config
+	Stderr  io.Writer
+	Log     *slog.Logger
+
+	store     *store.Store
+	svc       *service.Service
+	echo      *echo.Echo
+	listener  net.Listener
+	stopWork  context.CancelFunc
+	workDone  chan struct{}
+	serveDone chan error
+}
+
+// NewMain returns a Main with default settings writing to stderr.
+func NewMain() *Main {
+	return &Main{Config: DefaultConfig(), Stderr: os.Stderr}
+}
+
+const usage = `usage: feedd <command> [flags]
+
+commands:
+  serve    run the HTTP API and the fan-out workers
+  migrate  apply the schema migrations to every shard
+
+Every flag has an environment variable FEED_<FLAG> (e.g. FEED_MYSQL_DSN);
+run "feedd serve -h" for the flags.`
+
+// ParseFlags reads the command, then the environment and flags.
+func (m *Main) ParseFlags(args []string) error {
+	if len(args) == 0 || (args[0] != "serve" && args[0] != "migrate") {
+		fmt.Fprintln(m.Stderr, usage)
+		return flag.ErrHelp
+	}
+	m.Command = args[0]
+	if err := m.Config.parse("feedd "+m.Command, args[1:], m.Stderr); err != nil {
+		return err
+	}
+	m.Log = newLogger(m.Stderr, m.Config.LogFormat, m.Config.LogLevel)
+	return nil
+}
+
+func newLogger(w io.Writer, format, level string) *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		lv = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	if strings.EqualFold(format, "json") {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// Run runs migrate to completion, or starts serve and returns once it listens.
+func (m *Main) Run(ctx context.Context) error {
+	m.Log.Info("feedd: starting", append([]any{"command", m.Command}, m.Config.settings()...)...)
+	shardMap := store.SingleShardMap(m.Config.MySQLDSN)
+	if m.Config.Sharding != "" {
+		var err error
+		if shardMap, err = store.LoadShardMap(m.Config.Sharding); err != nil {
+			return err
+		}
+	}
+	st, err := store.Open(shardMap)
+	if err != nil {
+		return err
+	}
+	m.store = st
+	if m.Command == "migrate" {
+		return st.Migrate(ctx, m.Log)
+	}
+	if m.Config.AutoMigrate {
+		if err := st.Migrate(ctx, m.Log); err != nil {
+			return err
+		}
+	}
+	return m.serve()
+}
+
+// serve starts the workers and the HTTP server.
+func (m *Main) serve() error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	svc, err := service.New(m.store, m.Config.Service, m.Log, service.NewMetrics(reg), time.Now)
+	if err != nil {
+		return err
+	}
+	m.svc = svc
+	if m.Config.Workers {
+		ctx, cancel := context.WithCancel(context.Background())
+		m.stopWork, m.workDone = cancel, make(chan struct{})
+		go func() {
+			defer close(m.workDone)
+			svc.RunWorkers(ctx, m.Config.SoftStop)
+		}()
+	}
+	if !m.Config.API {
+		return nil
+	}
+	ln, err := net.Listen("tcp", m.Config.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	m.listener = ln
+	m.echo = httpapi.New(svc, httpapi.Options{Token: m.Config.APIToken, Log: m.Log, Registry: reg})
+	m.echo.Server.ReadHeaderTimeout = 5 * time.Second
+	m.echo.Server.ReadTimeout = 30 * time.Second
+	m.echo.Server.WriteTimeout = 30 * time.Second
+	m.echo.Server.IdleTimeout = 2 * time.Minute
+	m.echo.Listener = ln
+	m.serveDone = make(chan error, 1)
+	go func() { m.serveDone <- m.echo.Start("") }()
+	m.Log.Info("feedd: listening", "addr", ln.Addr().String())
+	return nil
+}
+
+// Addr is the address the API listens on (useful with :0).
+func (m *Main) Addr() string {
+	if m.listener == nil {
+		return ""
+	}
+	return m.listener.Addr().String()
+}
+
+// Close stops in order: the HTTP server finishes requests in flight, the
+// workers stop claiming and finish their batches, then the pools close.
+func (m *Main) Close() error {
+	var errs []error
+	if m.echo != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		errs = append(errs, m.echo.Shutdown(ctx))
+		cancel()
+		if err := <-m.serveDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+		m.echo = nil
+	}
+	if m.stopWork != nil {
+		m.stopWork()
+		<-m.workDone
+		m.stopWork = nil
+	}
+	if m.store != nil {
+		errs = append(errs, m.store.Close())
+		m.store = nil
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/feedhq/feed/service"
+)
+
+// Config is every setting of feedd. Each has a flag and an environment
+// variable FEED_<NAME>; a flag given on the command line wins.
+type Config struct {
+	MySQLDSN    string
+	Sharding    string
+	AutoMigrate bool
+	HTTPAddr    string
+	APIToken    string
+	API         bool
+	Workers     bool
+	SoftStop    time.Duration
+	LogFormat   string
+	LogLevel    string
+	Service     service.Config
+}
+
+// DefaultConfig returns the contract's defaults.
+func DefaultConfig() Config {
+	return Config{
+		AutoMigrate: true,
+		HTTPAddr:    ":8080",
+		API:         true,
+		Workers:     true,
+		SoftStop:    service.SoftStopTimeoutDefault,
+		LogFormat:   "text",
+		LogLevel:    "info",
+		Service:     service.DefaultConfig(),
+	}
+}
+
+// secret options are redacted when settings are printed.
+var secret = map[string]bool{"mysql-dsn": true, "api-token": true}
+
+// register binds every option to a flag: the one table of settings.
+func (c *Config) register(fs *flag.FlagSet) {
+	s := &c.Service
+	fs.StringVar(&c.MySQLDSN, "mysql-dsn", c.MySQLDSN, "MySQL DSN (go-sql-driver format) of the single shard when no sharding file is given")
+	fs.StringVar(&c.Sharding, "sharding", c.Sharding, "path to sharding.yaml; wins over mysql-dsn")
+	fs.BoolVar(&c.AutoMigrate, "auto-migrate", c.AutoMigrate, "serve: apply migrations at start")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address")
+	fs.StringVar(&c.APIToken, "api-token", c.APIToken, "when set, /v1 requests need 'Authorization: Bearer <token>'")
+	fs.BoolVar(&c.API, "api", c.API, "serve: run the HTTP API")
+	fs.BoolVar(&c.Workers, "workers", c.Workers, "serve: run the fan-out workers")
+	fs.DurationVar(&c.SoftStop, "soft-stop", c.SoftStop, "on shutdown, how long batches in flight may finish")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
+	fs.IntVar(&s.InboxLimit, "inbox-limit", s.InboxLimit, "entries kept per inbox")
+	fs.Int64Var(&s.PushThreshold, "push-threshold", s.PushThreshold, "authors with more followers push only to active followers")
+	fs.IntVar(&s.ActiveDays, "active-days", s.ActiveDays, "a follower is active if it read its feed within this many days")
+	fs.IntVar(&s.MaxFollowing, "max-following", s.MaxFollowing, "follow cap per user")
+	fs.IntVar(&s.TaskSize, "task-size", s.TaskSize, "followers per fan-out sub-task")
+	fs.IntVar(&s.BatchSize, "batch-size", s.BatchSize, "followers per fan-out transaction")
+	fs.IntVar(&s.Workers, "worker-concurrency", s.Workers, "fan-out goroutines per shard")
+	fs.DurationVar(&s.Lease, "lease", s.Lease, "how long a worker's claim lasts before others may take over")
+	fs.DurationVar(&s.PollInterval, "poll-interval", s.PollInterval, "how often idle workers poll for work")
+	fs.DurationVar(&s.ClockSkew, "clock-skew", s.ClockSkew, "allowed clock difference between servers (and future publish_time)")
+	fs.IntVar(&s.NodeID, "node-id", s.NodeID, "0..8191, unique per process, for server-assigned content ids; -1 random")
+}
+
+// envName is the environment variable of a flag: mysql-dsn → FEED_MYSQL_DSN.
+func envName(flagName string) string {
+	return "FEED_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse applies environment variables, then the command line.
+func (c *Config) parse(name string, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.register(fs)
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(envName(f.Name)); ok && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = fmt.Errorf("%s: %w", envName(f.Name), err)
+			}
+		}
+	})
+	if envErr != nil {
+		return envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if c.Sharding == "" && c.MySQLDSN == "" {
+		return fmt.Errorf("set FEED_MYSQL_DSN (or --mysql-dsn) or FEED_SHARDING (or --sharding)")
+	}
+	return c.Service.Validate()
+}
+
+// settings lists every setting as name=value with secrets redacted, for
+// the start-up log.
+func (c *Config) settings() []any {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	c.register(fs)
+	var out []any
+	fs.VisitAll(func(f *flag.Flag) {
+		v := f.Value.String()
+		if secret[f.Name] && v != "" {
+			v = "<redacted>"
+		}
+		out = append(out, strings.ReplaceAll(f.Name, "-", "_"), v)
+	})
+	return out
+}

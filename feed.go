@@ -1,0 +1,72 @@
+// Package feed holds the domain types of the timeline service: posts, follows,
+// feed pages and delivery status. It imports only the standard library so
+// every layer (store, service, httpapi) can share it.
+package feed
+
+// KindPost is the kind a post gets when the publisher names none.
+const KindPost = "post"
+
+// Post is one item of an author's outbox and of the feeds it reaches.
+// ContentID is unique in the whole service; PublishTime is Unix milliseconds.
+type Post struct {
+	ContentID   uint64 `db:"content_id"`
+	AuthorID    uint64 `db:"author_id"`
+	PublishTime int64  `db:"publish_time"`
+	Kind        string `db:"kind"`
+}
+
+// Key is the post's position in every newest-first list.
+func (p Post) Key() Key { return Key{PublishTime: p.PublishTime, ContentID: p.ContentID} }
+
+// Key orders posts newest first: publish_time descending, then content_id
+// descending. It is what keyset cursors carry.
+type Key struct {
+	PublishTime int64
+	ContentID   uint64
+}
+
+// Less reports whether k sorts after o in a newest-first list, i.e. k is older.
+func (k Key) Less(o Key) bool {
+	if k.PublishTime != o.PublishTime {
+		return k.PublishTime < o.PublishTime
+	}
+	return k.ContentID < o.ContentID
+}
+
+// Follow is one edge of the social graph as the lists show it.
+type Follow struct {
+	UserID     uint64 `db:"user_id"`
+	AuthorID   uint64 `db:"author_id"`
+	FollowedAt int64  `db:"followed_at"`
+}
+
+// Page asks for up to Limit items strictly after the cursor's position.
+type Page struct {
+	Limit  int
+	Cursor string
+}
+
+// Page limits from the contract.
+const (
+	DefaultPageLimit = 20
+	MaxPageLimit     = 100
+)
+
+// Delivery states and modes reported by the delivery endpoint.
+const (
+	DeliveryPending = "pending"
+	DeliveryRunning = "running"
+	DeliveryDone    = "done"
+
+	ModePush       = "push"
+	ModePushActive = "push_active"
+	ModePull       = "pull"
+)
+
+// Delivery is the fan-out progress of one post.
+type Delivery struct {
+	State      string
+	Mode       string
+	Recipients int64
+	Delivered  int64
+}

@@ -1,0 +1,123 @@
+// Package httpapi speaks the REST contract (shared/CONTRACT.md): it parses
+// and validates requests, makes one service call per request and writes the
+// JSON envelope. No rules live here.
+package httpapi
+
+import (
+	"crypto/subtle"
+	_ "embed"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/service"
+)
+
+// MaxBodyBytes bounds a request body; larger ones get 413.
+const MaxBodyBytes = 64 << 10
+
+//go:embed openapi.json
+var openAPISpec []byte
+
+// Options configure the HTTP API.
+type Options struct {
+	// Token, when set, is required as "Authorization: Bearer <token>" on /v1.
+	Token    string
+	Log      *slog.Logger
+	Registry *prometheus.Registry
+}
+
+type api struct {
+	svc *service.Service
+	log *slog.Logger
+}
+
+// New returns the echo instance serving every route of the contract.
+func New(svc *service.Service, opt Options) *echo.Echo {
+	a := &api{svc: svc, log: opt.Log}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = a.handleError
+	e.Use(middleware.Recover())
+	e.Use(instrument(opt.Registry))
+	e.Use(middleware.BodyLimit(strconv.Itoa(MaxBodyBytes)))
+
+	e.GET("/healthz", a.healthz)
+	e.GET("/readyz", a.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(opt.Registry, promhttp.HandlerOpts{})))
+	e.GET("/openapi.json", func(c echo.Context) error { return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openAPISpec) })
+
+	v1 := e.Group("/v1")
+	if opt.Token != "" {
+		v1.Use(requireToken(opt.Token))
+	}
+	v1.POST("/users/:id/posts", a.publishPost)
+	v1.GET("/users/:id/posts", a.listPosts)
+	v1.DELETE("/users/:id/posts/:content_id", a.deletePost)
+	v1.GET("/users/:id/posts/:content_id/delivery", a.getDelivery)
+	v1.PUT("/users/:id/following/:author_id", a.follow)
+	v1.DELETE("/users/:id/following/:author_id", a.unfollow)
+	v1.GET("/users/:id/following", a.listFollowing)
+	v1.GET("/users/:id/followers", a.listFollowers)
+	v1.GET("/users/:id/feed", a.getFeed)
+	return e
+}
+
+// requireToken checks the bearer token in constant time.
+func requireToken(token string) echo.MiddlewareFunc {
+	want := []byte("Bearer " + token)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			got := []byte(c.Request().Header.Get(echo.HeaderAuthorization))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				return feed.Errorf(feed.EUNAUTHORIZED, "missing or wrong bearer token")
+			}
+			return next(c)
+		}
+	}
+}
+
+// instrument counts requests and their latency by route template and status.
+func instrument(reg *prometheus.Registry) echo.MiddlewareFunc {
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "feed_http_requests_total", Help: "HTTP requests by route, method and status."},
+		[]string{"route", "method", "status"})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "feed_http_request_seconds", Help: "HTTP request latency by route.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"route", "method"})
+	reg.MustRegister(requests, latency)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			if err != nil {
+				c.Error(err)
+			}
+			route := c.Path()
+			if route == "" {
+				route = "unmatched"
+			}
+			requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(c.Response().Status)).Inc()
+			latency.WithLabelValues(route, c.Request().Method).Observe(time.Since(start).Seconds())
+			return nil
+		}
+	}
+}
+
+func (a *api) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (a *api) readyz(c echo.Context) error {
+	if err := a.svc.Ready(c.Request().Context()); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+}

@@ -1,0 +1,72 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/feedhq/feed"
+)
+
+// codes maps error codes to HTTP statuses.
+var codes = map[string]int{
+	feed.EINVALID:      http.StatusBadRequest,
+	feed.EUNAUTHORIZED: http.StatusUnauthorized,
+	feed.ENOTFOUND:     http.StatusNotFound,
+	feed.ECONFLICT:     http.StatusConflict,
+	feed.ELIMIT:        http.StatusConflict,
+	feed.ETOOLARGE:     http.StatusRequestEntityTooLarge,
+	feed.EUNAVAILABLE:  http.StatusServiceUnavailable,
+	feed.EINTERNAL:     http.StatusInternalServerError,
+}
+
+type errorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// handleError writes every error as the contract's envelope. Echo's own
+// errors (no route, wrong method, body too large) get the nearest code; a
+// wrong method keeps its 405 status and names the allowed methods. Only
+// internal errors are logged, and clients never see their text.
+func (a *api) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	status, code, msg := http.StatusInternalServerError, feed.EINTERNAL, "internal error"
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &he):
+		status = he.Code
+		switch he.Code {
+		case http.StatusNotFound:
+			code, msg = feed.ENOTFOUND, "no such route"
+		case http.StatusMethodNotAllowed:
+			code, msg = feed.EINVALID, "method "+c.Request().Method+" not allowed on this path"
+		case http.StatusRequestEntityTooLarge:
+			code, msg = feed.ETOOLARGE, "request body too large"
+		case http.StatusUnauthorized:
+			code, msg = feed.EUNAUTHORIZED, "unauthorized"
+		default:
+			if he.Code < 500 {
+				code, msg = feed.EINVALID, http.StatusText(he.Code)
+			}
+		}
+	default:
+		code, msg = feed.ErrorCode(err), feed.ErrorMessage(err)
+		status = codes[code]
+	}
+	if code == feed.EINTERNAL {
+		a.log.Error("http: internal error", "method", c.Request().Method, "path", c.Request().URL.Path, "error", err)
+	}
+	var body errorBody
+	body.Error.Code, body.Error.Message = code, msg
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(status)
+		return
+	}
+	_ = c.JSON(status, body)
+}

@@ -1,0 +1,314 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/service"
+)
+
+// postJSON is a post on the wire: ids as decimal strings.
+type postJSON struct {
+	ContentID   string `json:"content_id"`
+	AuthorID    string `json:"author_id"`
+	PublishTime int64  `json:"publish_time"`
+	Kind        string `json:"kind"`
+}
+
+func toPostJSON(p feed.Post) postJSON {
+	return postJSON{
+		ContentID:   strconv.FormatUint(p.ContentID, 10),
+		AuthorID:    strconv.FormatUint(p.AuthorID, 10),
+		PublishTime: p.PublishTime,
+		Kind:        p.Kind,
+	}
+}
+
+type pageJSON[T any] struct {
+	Items      []T     `json:"items"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+func newPage[T, U any](items []U, next string, conv func(U) T) pageJSON[T] {
+	out := pageJSON[T]{Items: make([]T, len(items))}
+	for i, it := range items {
+		out.Items[i] = conv(it)
+	}
+	if next != "" {
+		out.NextCursor = &next
+	}
+	return out
+}
+
+// publishBody is the publish request. Ids may be strings or numbers.
+type publishBody struct {
+	ContentID   *jsonID `json:"content_id"`
+	PublishTime *int64  `json:"publish_time"`
+	Kind        *string `json:"kind"`
+}
+
+func (a *api) publishPost(c echo.Context) error {
+	author, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var body publishBody
+	if err := decodeBody(c, &body); err != nil {
+		return err
+	}
+	in := service.PublishInput{AuthorID: author, PublishTime: body.PublishTime}
+	if body.ContentID != nil {
+		in.ContentID = uint64(*body.ContentID)
+	}
+	if body.Kind != nil {
+		if *body.Kind == "" {
+			return feed.Errorf(feed.EINVALID, "kind must not be empty")
+		}
+		in.Kind = *body.Kind
+	}
+	p, created, err := a.svc.Publish(c.Request().Context(), in)
+	if err != nil {
+		return err
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	return c.JSON(status, toPostJSON(p))
+}
+
+func (a *api) deletePost(c echo.Context) error {
+	author, content, err := pathIDs(c, "id", "content_id")
+	if err != nil {
+		return err
+	}
+	if err := a.svc.DeletePost(c.Request().Context(), author, content); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (a *api) listPosts(c echo.Context) error {
+	author, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	page, err := parsePage(c)
+	if err != nil {
+		return err
+	}
+	posts, next, err := a.svc.ListPosts(c.Request().Context(), author, page)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newPage(posts, next, toPostJSON))
+}
+
+type deliveryJSON struct {
+	State      string `json:"state"`
+	Mode       string `json:"mode"`
+	Recipients int64  `json:"recipients"`
+	Delivered  int64  `json:"delivered"`
+}
+
+func (a *api) getDelivery(c echo.Context) error {
+	author, content, err := pathIDs(c, "id", "content_id")
+	if err != nil {
+		return err
+	}
+	d, err := a.svc.Delivery(c.Request().Context(), author, content)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, deliveryJSON{State: d.State, Mode: d.Mode, Recipients: d.Recipients, Delivered: d.Delivered})
+}
+
+func (a *api) follow(c echo.Context) error {
+	user, author, err := pathIDs(c, "id", "author_id")
+	if err != nil {
+		return err
+	}
+	if err := a.svc.Follow(c.Request().Context(), user, author); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (a *api) unfollow(c echo.Context) error {
+	user, author, err := pathIDs(c, "id", "author_id")
+	if err != nil {
+		return err
+	}
+	if err := a.svc.Unfollow(c.Request().Context(), user, author); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+type followingJSON struct {
+	AuthorID   string `json:"author_id"`
+	FollowedAt int64  `json:"followed_at"`
+}
+
+type followerJSON struct {
+	UserID     string `json:"user_id"`
+	FollowedAt int64  `json:"followed_at"`
+}
+
+func (a *api) listFollowing(c echo.Context) error {
+	user, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	page, err := parsePage(c)
+	if err != nil {
+		return err
+	}
+	list, next, err := a.svc.ListFollowing(c.Request().Context(), user, page)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newPage(list, next, func(f feed.Follow) followingJSON {
+		return followingJSON{AuthorID: strconv.FormatUint(f.AuthorID, 10), FollowedAt: f.FollowedAt}
+	}))
+}
+
+func (a *api) listFollowers(c echo.Context) error {
+	author, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	page, err := parsePage(c)
+	if err != nil {
+		return err
+	}
+	list, next, err := a.svc.ListFollowers(c.Request().Context(), author, page)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newPage(list, next, func(f feed.Follow) followerJSON {
+		return followerJSON{UserID: strconv.FormatUint(f.UserID, 10), FollowedAt: f.FollowedAt}
+	}))
+}
+
+func (a *api) getFeed(c echo.Context) error {
+	user, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	page, err := parsePage(c)
+	if err != nil {
+		return err
+	}
+	posts, next, err := a.svc.Feed(c.Request().Context(), user, page)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, newPage(posts, next, toPostJSON))
+}
+
+// parseID parses a user, author or content id: a decimal uint64 above zero.
+func parseID(name, s string) (uint64, error) {
+	id, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || id == 0 {
+		return 0, feed.Errorf(feed.EINVALID, "%s must be a decimal integer in 1..18446744073709551615", name)
+	}
+	return id, nil
+}
+
+func pathID(c echo.Context, name string) (uint64, error) {
+	label := name
+	if name == "id" {
+		label = "user id"
+	}
+	return parseID(label, c.Param(name))
+}
+
+func pathIDs(c echo.Context, first, second string) (uint64, uint64, error) {
+	a, err := pathID(c, first)
+	if err != nil {
+		return 0, 0, err
+	}
+	b, err := pathID(c, second)
+	return a, b, err
+}
+
+// parsePage reads ?limit= (default 20, 1..100) and ?cursor=.
+func parsePage(c echo.Context) (feed.Page, error) {
+	p := feed.Page{Limit: feed.DefaultPageLimit, Cursor: c.QueryParam("cursor")}
+	if s := c.QueryParam("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > feed.MaxPageLimit {
+			return p, feed.Errorf(feed.EINVALID, "limit must be an integer in 1..%d", feed.MaxPageLimit)
+		}
+		p.Limit = n
+	}
+	return p, nil
+}
+
+// decodeBody decodes a JSON object body strictly: unknown fields and
+// trailing data are errors. An empty body is an empty object.
+func decodeBody(c echo.Context, v any) error {
+	b, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		var he *echo.HTTPError
+		if errors.As(err, &he) {
+			return he
+		}
+		return feed.Errorf(feed.EINVALID, "cannot read body")
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return feed.Errorf(feed.EINVALID, "invalid JSON body: %s", jsonProblem(err))
+	}
+	if dec.More() {
+		return feed.Errorf(feed.EINVALID, "invalid JSON body: trailing data")
+	}
+	return nil
+}
+
+// jsonProblem describes a decode error without echoing input back.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	var ie *invalidID
+	switch {
+	case errors.As(err, &ie):
+		return ie.Error()
+	case errors.As(err, &te):
+		return "field " + te.Field + " has the wrong type"
+	}
+	return err.Error()
+}
+
+// jsonID is an id in a request body: a decimal string or a JSON number.
+type jsonID uint64
+
+type invalidID struct{}
+
+func (*invalidID) Error() string {
+	return "content_id must be a decimal string or integer in 1..18446744073709551615"
+}
+
+func (id *jsonID) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if len(s) >= 2 && s[0] == '"' && s[len(s)-1] == '"' {
+		s = s[1 : len(s)-1]
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n == 0 {
+		return &invalidID{}
+	}
+	*id = jsonID(n)
+	return nil
+}

@@ -1,0 +1,108 @@
+// Package service holds the rules of the feed: publishing, following, the
+// merged read, and the workers that fan posts out. It has no SQL and no HTTP:
+// the store runs the statements, httpapi speaks the protocol.
+package service
+
+import (
+	"fmt"
+	"time"
+)
+
+// Defaults of Config, from the run contract where it names them.
+const (
+	InboxLimitDefault    = 300
+	PushThresholdDefault = 10000
+	ActiveDaysDefault    = 7
+	MaxFollowingDefault  = 2000
+	TaskSizeDefault      = 1000
+	BatchSizeDefault     = 1000
+	WorkersDefault       = 4
+	LeaseDefault         = 30 * time.Second
+	PollIntervalDefault  = time.Second
+	// ClockSkewDefault bounds how far in the future a publish_time may be,
+	// and is the margin reads allow between app servers' clocks.
+	ClockSkewDefault = time.Minute
+)
+
+// activityGranularity throttles the write a feed read makes to mark its user
+// active: a read within this time of the last recorded one writes nothing.
+const activityGranularity = 10 * time.Minute
+
+// Config tunes the service and its workers.
+type Config struct {
+	// InboxLimit is how many newest entries an inbox keeps; reads past them
+	// continue from the followed authors' outboxes.
+	InboxLimit int
+	// PushThreshold: an author with more followers pushes only to active ones.
+	PushThreshold int64
+	// ActiveDays: a user who read their feed within this many days is active.
+	// Zero makes authors above the threshold pure pull.
+	ActiveDays int
+	// MaxFollowing caps how many authors one user follows.
+	MaxFollowing int
+	// TaskSize is how many followers one fan-out sub-task covers.
+	TaskSize int
+	// BatchSize is how many followers one sub-task transaction writes.
+	BatchSize int
+	// Workers is the number of fan-out goroutines per shard.
+	Workers int
+	// Lease is how long a claim lasts before another worker may take over.
+	Lease time.Duration
+	// PollInterval is how often idle workers look for work they were not woken for.
+	PollInterval time.Duration
+	// ClockSkew: see ClockSkewDefault.
+	ClockSkew time.Duration
+	// NodeID (0..8191) makes server-assigned content ids unique across
+	// processes; -1 picks one at random.
+	NodeID int
+}
+
+// DefaultConfig returns the contract's defaults.
+func DefaultConfig() Config {
+	return Config{
+		InboxLimit:    InboxLimitDefault,
+		PushThreshold: PushThresholdDefault,
+		ActiveDays:    ActiveDaysDefault,
+		MaxFollowing:  MaxFollowingDefault,
+		TaskSize:      TaskSizeDefault,
+		BatchSize:     BatchSizeDefault,
+		Workers:       WorkersDefault,
+		Lease:         LeaseDefault,
+		PollInterval:  PollIntervalDefault,
+		ClockSkew:     ClockSkewDefault,
+		NodeID:        -1,
+	}
+}
+
+// Validate reports the first setting out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.InboxLimit < 1:
+		return fmt.Errorf("inbox limit must be >= 1, got %d", c.InboxLimit)
+	case c.PushThreshold < 0:
+		return fmt.Errorf("push threshold must be >= 0, got %d", c.PushThreshold)
+	case c.ActiveDays < 0:
+		return fmt.Errorf("active days must be >= 0, got %d", c.ActiveDays)
+	case c.MaxFollowing < 1:
+		return fmt.Errorf("max following must be >= 1, got %d", c.MaxFollowing)
+	case c.TaskSize < 1 || c.BatchSize < 1:
+		return fmt.Errorf("task size and batch size must be >= 1")
+	case c.Workers < 1:
+		return fmt.Errorf("workers must be >= 1, got %d", c.Workers)
+	case c.Lease < 100*time.Millisecond:
+		return fmt.Errorf("lease must be >= 100ms, got %s", c.Lease)
+	case c.PollInterval <= 0:
+		return fmt.Errorf("poll interval must be > 0")
+	case c.ClockSkew < 0:
+		return fmt.Errorf("clock skew must be >= 0")
+	case c.NodeID < -1 || c.NodeID > maxNodeID:
+		return fmt.Errorf("node id must be -1 (random) or 0..%d, got %d", maxNodeID, c.NodeID)
+	}
+	return nil
+}
+
+// trimEvery is the mean number of pushes into one inbox between trim
+// checks: each push checks with probability 1/trimEvery, so an inbox
+// overshoots its limit by trimEvery entries on average and trimming costs
+// about one deleted row per pushed one, with no scan of idle users.
+func (c Config) trimEvery() int { return max(1, c.InboxLimit/10) }

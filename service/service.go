@@ -1,0 +1,209 @@
+package service
+
+import (
+	"context"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+)
+
+// Service applies the feed's rules on top of the store.
+type Service struct {
+	store   *store.Store
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	ids     *idGen
+	now     func() time.Time
+	// wake nudges idle workers of this process after a write queued work.
+	wake *wakeup
+}
+
+// New returns a Service. now is the clock (time.Now outside tests).
+func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() time.Time) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup()}, nil
+}
+
+// Config returns the service's settings.
+func (s *Service) Config() Config { return s.cfg }
+
+// Ready reports whether every shard answers with a current schema.
+//
+// Returns EUNAVAILABLE otherwise.
+func (s *Service) Ready(ctx context.Context) error { return s.store.Ping(ctx) }
+
+var kindPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,31}$`)
+
+// PublishInput is a publish request; zero ContentID and nil PublishTime ask
+// the server to assign them, empty Kind means feed.KindPost.
+type PublishInput struct {
+	AuthorID    uint64
+	ContentID   uint64
+	PublishTime *int64
+	Kind        string
+}
+
+// Publish stores a post and queues its fan-out; the author's own feed shows
+// it when Publish returns. Publishing the same post again returns it with
+// created=false.
+//
+// Returns EINVALID for a bad kind or a publish_time beyond the clock-skew
+// allowance, ECONFLICT if the content id names another or a deleted post.
+func (s *Service) Publish(ctx context.Context, in PublishInput) (feed.Post, bool, error) {
+	now := s.now()
+	if in.Kind == "" {
+		in.Kind = feed.KindPost
+	}
+	if !kindPattern.MatchString(in.Kind) {
+		return feed.Post{}, false, feed.Errorf(feed.EINVALID, "kind must match %s", kindPattern)
+	}
+	p := feed.Post{AuthorID: in.AuthorID, ContentID: in.ContentID, Kind: in.Kind, PublishTime: now.UnixMilli()}
+	if in.PublishTime != nil {
+		p.PublishTime = *in.PublishTime
+		if p.PublishTime < 0 || p.PublishTime > now.Add(s.cfg.ClockSkew).UnixMilli() {
+			return feed.Post{}, false, feed.Errorf(feed.EINVALID,
+				"publish_time must be Unix milliseconds between 0 and now + %s", s.cfg.ClockSkew)
+		}
+	}
+	if in.ContentID != 0 {
+		stored, created, err := s.store.PublishPost(ctx, p, now.UnixMilli())
+		if err != nil || created {
+			return s.published(stored, created, err)
+		}
+		if stored.AuthorID != p.AuthorID || stored.Kind != p.Kind || (in.PublishTime != nil && stored.PublishTime != p.PublishTime) {
+			return feed.Post{}, false, feed.Errorf(feed.ECONFLICT, "content_id %d exists with other fields", in.ContentID)
+		}
+		return stored, false, nil
+	}
+	// A server-assigned id that collides (two nodes drew the same node id)
+	// is drawn again.
+	for range 3 {
+		p.ContentID = s.ids.next()
+		stored, created, err := s.store.PublishPost(ctx, p, now.UnixMilli())
+		if err != nil || created {
+			return s.published(stored, created, err)
+		}
+	}
+	return feed.Post{}, false, feed.Errorf(feed.EUNAVAILABLE, "could not assign a unique content id")
+}
+
+func (s *Service) published(p feed.Post, created bool, err error) (feed.Post, bool, error) {
+	if err == nil {
+		s.metrics.postsPublished.Inc()
+		s.wake.notify()
+	}
+	return p, created, err
+}
+
+// DeletePost deletes a post and queues its removal from every feed.
+// Deleting it again does nothing.
+//
+// Returns ENOTFOUND if the author never published it.
+func (s *Service) DeletePost(ctx context.Context, authorID, contentID uint64) error {
+	if err := s.store.DeletePost(ctx, authorID, contentID); err != nil {
+		return err
+	}
+	s.wake.notify()
+	return nil
+}
+
+// ListPosts returns a page of the author's live posts, newest first.
+//
+// Returns EINVALID for a malformed cursor.
+func (s *Service) ListPosts(ctx context.Context, authorID uint64, page feed.Page) ([]feed.Post, string, error) {
+	before, err := decodeCursor(cursorPosts, page.Cursor, store.Top)
+	if err != nil {
+		return nil, "", err
+	}
+	posts, err := s.store.ListPosts(ctx, authorID, before, page.Limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	return pageOf(posts, page.Limit, func(p feed.Post) string { return encodeCursor(cursorPosts, p.Key()) })
+}
+
+// pageOf cuts a list fetched with limit+1 rows to limit and returns the
+// cursor of its last item, or "" when nothing follows.
+func pageOf[T any](items []T, limit int, cursor func(T) string) ([]T, string, error) {
+	if len(items) <= limit {
+		return items, "", nil
+	}
+	return items[:limit], cursor(items[limit-1]), nil
+}
+
+// Delivery reports the fan-out progress of a post.
+//
+// Returns ENOTFOUND if the author never published it.
+func (s *Service) Delivery(ctx context.Context, authorID, contentID uint64) (feed.Delivery, error) {
+	return s.store.GetDelivery(ctx, authorID, contentID)
+}
+
+// Follow makes userID follow authorID. The author's recent posts show in the
+// user's feed at once (merged from the outbox until the backfill copies them).
+//
+// Returns EINVALID for a self-follow, ELIMIT past MaxFollowing.
+func (s *Service) Follow(ctx context.Context, userID, authorID uint64) error {
+	if userID == authorID {
+		return feed.Errorf(feed.EINVALID, "a user cannot follow themselves")
+	}
+	created, err := s.store.Follow(ctx, userID, authorID, s.cfg.MaxFollowing, s.now().UnixMilli())
+	if created {
+		s.wake.notify()
+	}
+	return err
+}
+
+// Unfollow removes the edge; no response that starts after it returns shows
+// the author's posts.
+//
+// Returns EINVALID for a self-unfollow.
+func (s *Service) Unfollow(ctx context.Context, userID, authorID uint64) error {
+	if userID == authorID {
+		return feed.Errorf(feed.EINVALID, "a user cannot unfollow themselves")
+	}
+	if err := s.store.Unfollow(ctx, userID, authorID, s.now().UnixMilli()); err != nil {
+		return err
+	}
+	s.wake.notify()
+	return nil
+}
+
+// ListFollowing returns a page of the authors the user follows, by author id.
+//
+// Returns EINVALID for a malformed cursor.
+func (s *Service) ListFollowing(ctx context.Context, userID uint64, page feed.Page) ([]feed.Follow, string, error) {
+	after, err := decodeCursor(cursorFollowing, page.Cursor, feed.Key{})
+	if err != nil {
+		return nil, "", err
+	}
+	list, err := s.store.ListFollowing(ctx, userID, after.ContentID, page.Limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	return pageOf(list, page.Limit, func(f feed.Follow) string {
+		return encodeCursor(cursorFollowing, feed.Key{ContentID: f.AuthorID})
+	})
+}
+
+// ListFollowers returns a page of the author's followers, by user id.
+//
+// Returns EINVALID for a malformed cursor.
+func (s *Service) ListFollowers(ctx context.Context, authorID uint64, page feed.Page) ([]feed.Follow, string, error) {
+	after, err := decodeCursor(cursorFollowers, page.Cursor, feed.Key{})
+	if err != nil {
+		return nil, "", err
+	}
+	list, err := s.store.ListFollowers(ctx, authorID, after.ContentID, page.Limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	return pageOf(list, page.Limit, func(f feed.Follow) string {
+		return encodeCursor(cursorFollowers, feed.Key{ContentID: f.UserID})
+	})
+}

@@ -1,0 +1,298 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+)
+
+// SoftStopTimeoutDefault is how long RunWorkers lets batches in flight finish
+// after its context ends before it cancels them (a cancelled batch rolls back
+// and is redone by the next claimant).
+const SoftStopTimeoutDefault = 10 * time.Second
+
+// wakeup wakes every idle worker of this process at once: closing a channel
+// is a broadcast, and a fresh one is made for the next round.
+type wakeup struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newWakeup() *wakeup { return &wakeup{ch: make(chan struct{})} }
+
+func (w *wakeup) notify() {
+	w.mu.Lock()
+	close(w.ch)
+	w.ch = make(chan struct{})
+	w.mu.Unlock()
+}
+
+func (w *wakeup) wait() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.ch
+}
+
+// RunWorkers runs the background loops on every shard until ctx ends:
+// planning deliveries, running fan-out sub-tasks, applying follow events and
+// switching authors to pull mode. Workers coordinate only through leases in
+// the database, so any number of processes may run them. When ctx ends the
+// loops stop claiming, batches in flight get softStop to finish, and claims
+// not started are released.
+func (s *Service) RunWorkers(ctx context.Context, softStop time.Duration) {
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	stop := context.AfterFunc(ctx, func() {
+		time.AfterFunc(softStop, cancelWork)
+	})
+	defer stop()
+
+	var wg sync.WaitGroup
+	run := func(name string, step func(ctx, work context.Context) (int, error)) {
+		wg.Go(func() { s.loop(ctx, work, name, step) })
+	}
+	for _, sh := range s.store.Shards() {
+		run("plan", func(ctx, work context.Context) (int, error) { return s.planDeliveries(work, sh) })
+		for range s.cfg.Workers {
+			run("fanout", func(ctx, work context.Context) (int, error) { return s.runTasks(ctx, work, sh) })
+		}
+		run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh) })
+		run("switch", func(ctx, work context.Context) (int, error) { return s.runSwitches(ctx, work, sh) })
+	}
+	wg.Wait()
+}
+
+// loop calls step until ctx ends; when a step finds no work it sleeps for a
+// jittered poll interval or until a local write wakes it. Errors back off.
+func (s *Service) loop(ctx, work context.Context, name string, step func(ctx, work context.Context) (int, error)) {
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		wake := s.wake.wait()
+		n, err := step(ctx, work)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			s.metrics.workerErrors.WithLabelValues(name).Inc()
+			s.log.Error("worker: step failed", "loop", name, "error", err)
+			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
+			wake = nil // do not spin on wake-ups while failing
+		case n > 0:
+			backoff = 0
+			continue
+		default:
+			backoff = 0
+		}
+		wait := backoff
+		if wait == 0 {
+			wait = s.cfg.PollInterval/2 + rand.N(s.cfg.PollInterval)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+func (s *Service) lease() (now, until int64) {
+	t := s.now()
+	return t.UnixMilli(), t.Add(s.cfg.Lease).UnixMilli()
+}
+
+// planDeliveries plans a few newly published posts of the shard.
+func (s *Service) planDeliveries(work context.Context, sh *store.Shard) (int, error) {
+	now, until := s.lease()
+	jobs, err := s.store.ClaimDeliveries(work, sh, now, until, 8, rand.Uint64())
+	if err != nil {
+		return 0, err
+	}
+	opt := store.PlanOptions{TaskSize: s.cfg.TaskSize, PullOnly: s.cfg.ActiveDays == 0}
+	for i, job := range jobs {
+		res, err := s.store.PlanDelivery(work, job, opt)
+		if errors.Is(err, store.ErrLostClaim) {
+			continue
+		} else if err != nil {
+			for _, j := range jobs[i:] {
+				_ = s.store.ReleaseDelivery(work, j)
+			}
+			return i, err
+		}
+		s.metrics.deliveries.WithLabelValues(modeName(res.Mode)).Inc()
+		if res.Tasks > 0 {
+			s.wake.notify()
+		}
+	}
+	return len(jobs), nil
+}
+
+func modeName(mode int) string {
+	switch mode {
+	case store.ModePushActive:
+		return "push_active"
+	case store.ModePull:
+		return "pull"
+	}
+	return "push"
+}
+
+// runTasks claims one fan-out sub-task and runs its batches to the end. A
+// stop request ends it between batches; the task is then released and the
+// next claimant resumes from its progress mark.
+func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, error) {
+	now, until := s.lease()
+	tasks, err := s.store.ClaimTasks(work, sh, now, until, 1, rand.Uint64())
+	if err != nil || len(tasks) == 0 {
+		return 0, err
+	}
+	t := &tasks[0]
+	op := "push"
+	if t.Retract {
+		op = "retract"
+	}
+	for {
+		if ctx.Err() != nil {
+			return 1, s.store.ReleaseTask(work, t)
+		}
+		start := time.Now()
+		_, until := s.lease()
+		res, err := s.store.RunTaskBatch(work, t, store.BatchOptions{
+			Size:        s.cfg.BatchSize,
+			ActiveAfter: s.now().Add(-s.activeWindow()).UnixMilli(),
+			LeaseUntil:  until,
+		})
+		if errors.Is(err, store.ErrLostClaim) {
+			return 1, s.store.ReleaseTask(work, t)
+		} else if err != nil {
+			return 1, err
+		}
+		s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
+		s.metrics.inboxRows.WithLabelValues(op).Add(float64(res.Written))
+		if !t.Retract {
+			s.sampleTrims(work, res.Users)
+		}
+		if res.TaskDone {
+			return 1, nil
+		}
+	}
+}
+
+// sampleTrims trims each pushed-to inbox with probability 1/trimEvery, which
+// bounds inboxes near InboxLimit at about one deleted row per pushed one.
+func (s *Service) sampleTrims(ctx context.Context, users []uint64) {
+	every := s.cfg.trimEvery()
+	for _, u := range users {
+		if rand.IntN(every) != 0 {
+			continue
+		}
+		n, err := s.store.TrimInbox(ctx, u, s.cfg.InboxLimit)
+		if err != nil {
+			// Retention is best effort: the next sampled push retries it.
+			s.log.Warn("worker: trim inbox", "user_id", u, "error", err)
+			continue
+		}
+		s.metrics.trimmedRows.Add(float64(n))
+	}
+}
+
+// applyFollowEvents reconciles a few follow events of the shard: the author's
+// followers row is made to match the following row as it is now (so
+// repeated operations collapse to the last), and a live follow is
+// backfilled. An event that changed meanwhile runs again.
+func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) (int, error) {
+	now, until := s.lease()
+	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, 16, rand.Uint64())
+	if err != nil {
+		return 0, err
+	}
+	for i, ev := range evs {
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		} else {
+			err = s.applyFollowEvent(work, ev)
+		}
+		if err != nil {
+			for _, e := range evs[i:] {
+				_ = s.store.ReleaseFollowEvent(work, e)
+			}
+			if ctx.Err() != nil {
+				return i, nil
+			}
+			return i, err
+		}
+		s.metrics.followEvents.Inc()
+	}
+	return len(evs), nil
+}
+
+func (s *Service) applyFollowEvent(ctx context.Context, ev store.FollowEvent) error {
+	f, err := s.store.GetFollowing(ctx, ev.UserID, ev.AuthorID)
+	if err == nil {
+		var mode int
+		if mode, err = s.store.AddFollower(ctx, f, s.cfg.PushThreshold); err == nil {
+			err = s.backfill(ctx, ev.UserID, ev.AuthorID, mode != store.AuthorPush)
+		}
+		if mode == store.AuthorSwitching {
+			s.wake.notify()
+		}
+	} else if feed.ErrorCode(err) == feed.ENOTFOUND {
+		err = s.store.RemoveFollower(ctx, ev.AuthorID, ev.UserID)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = s.store.FinishFollowEvent(ctx, ev)
+	return err
+}
+
+// backfill copies the author's recent posts into the user's inbox, then
+// removes any of them deleted while it ran: a delete's sweep may have passed
+// this inbox before the copy landed.
+func (s *Service) backfill(ctx context.Context, userID, authorID uint64, pullAuthor bool) error {
+	res, posts, err := s.store.Backfill(ctx, userID, authorID, s.cfg.InboxLimit, pullAuthor)
+	if err != nil || !res.Followed || len(posts) == 0 {
+		return err
+	}
+	s.metrics.backfillRows.Add(float64(res.Copied))
+	ids := make([]uint64, len(posts))
+	for i, p := range posts {
+		ids[i] = p.ContentID
+	}
+	deleted, err := s.store.DeletedPosts(ctx, authorID, ids)
+	if err != nil || len(deleted) == 0 {
+		return err
+	}
+	var gone []feed.Post
+	for _, p := range posts {
+		if slices.Contains(deleted, p.ContentID) {
+			gone = append(gone, p)
+		}
+	}
+	return s.store.RemoveFromInbox(ctx, userID, gone)
+}
+
+// runSwitches advances one author's switch to pull mode.
+func (s *Service) runSwitches(ctx, work context.Context, sh *store.Shard) (int, error) {
+	now, until := s.lease()
+	jobs, err := s.store.ClaimSwitches(work, sh, now, until, 1, rand.Uint64())
+	if err != nil || len(jobs) == 0 {
+		return 0, err
+	}
+	job := &jobs[0]
+	for ctx.Err() == nil {
+		_, until := s.lease()
+		done, err := s.store.RunSwitchBatch(work, job, s.cfg.BatchSize, until)
+		if errors.Is(err, store.ErrLostClaim) || done {
+			return 1, nil
+		} else if err != nil {
+			return 1, err
+		}
+	}
+	return 1, nil
+}

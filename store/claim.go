@@ -1,0 +1,70 @@
+package store
+
+import (
+	"context"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// A claimable table leases rows to one worker at a time with claim_token and
+// claimed_until, like river's JobGetAvailable: SELECT … FOR UPDATE SKIP LOCKED
+// finds candidates without waiting, then a guarded UPDATE takes them and its
+// RowsAffected is what counts. SKIP LOCKED is only an optimisation: TiDB
+// ignores it silently, and the guard still keeps a row to one worker. A row
+// whose lease passed is claimable again, which is how a dead worker's rows
+// are rescued.
+type claimTable struct {
+	table string // constant table name
+	cols  string // columns to return
+	key   []string
+	ready string // constant predicate of rows that have work
+}
+
+// tuples returns "(?,?),(?,?)…": rows row constructors of n placeholders.
+func tuples(n, rows int) string {
+	t := "(" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
+	return strings.TrimSuffix(strings.Repeat(t+",", rows), ",")
+}
+
+// claim leases up to limit ready rows whose lease ended before now to token
+// until leaseUntil, and returns them. keyOf lists a row's key values in the
+// order of t.key.
+func claim[T any](ctx context.Context, db *sqlx.DB, t claimTable, now, leaseUntil int64, limit int, token uint64, keyOf func(*T) []any) ([]T, error) {
+	var got []T
+	err := inTx(ctx, db, func(tx *sqlx.Tx) error {
+		got = got[:0]
+		q := "SELECT " + t.cols + " FROM " + t.table + " WHERE " + t.ready +
+			" AND claimed_until < ? ORDER BY claimed_until LIMIT ? FOR UPDATE SKIP LOCKED"
+		var cand []T
+		if err := sqlx.SelectContext(ctx, tx, &cand, q, now, limit); err != nil {
+			return err
+		}
+		if len(cand) == 0 {
+			return nil
+		}
+		keyList := "(" + strings.Join(t.key, ",") + ")"
+		args := []any{token, leaseUntil, now}
+		for i := range cand {
+			args = append(args, keyOf(&cand[i])...)
+		}
+		upd := "UPDATE " + t.table + " SET claim_token = ?, claimed_until = ?, attempts = attempts + 1 WHERE " +
+			t.ready + " AND claimed_until < ? AND " + keyList + " IN (" + tuples(len(t.key), len(cand)) + ")"
+		res, err := tx.ExecContext(ctx, upd, args...)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if int(n) == len(cand) {
+			got = cand
+			return nil
+		}
+		// Another worker took some rows (possible where SKIP LOCKED is a
+		// no-op): keep only those carrying our token.
+		sel := "SELECT " + t.cols + " FROM " + t.table + " WHERE claim_token = ? AND " +
+			keyList + " IN (" + tuples(len(t.key), len(cand)) + ")"
+		return sqlx.SelectContext(ctx, tx, &got, sel, append([]any{token}, args[3:]...)...)
+	})
+	return got, wrap("claim "+t.table, err)
+}

@@ -1,0 +1,289 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed"
+)
+
+// feedPageSQL reads, in one statement and so one consistent snapshot, all a
+// feed page needs from the user's shard: the inbox page (a backward range
+// scan of the primary key), the user's read state and inbox floor, and the
+// followed authors that reads must pull. One statement keeps the floor and
+// the rows it bounds consistent with a concurrent trim, and costs one round
+// trip. src: 0 inbox row, 1 floor (t, id), 2 pull author (t = pull bits,
+// a = author), 3 read state (t = last_read_at, a = active_since).
+const feedPageSQL = `(SELECT 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k FROM inbox
+ WHERE user_id = ? AND ` + keysetOlder + ` ORDER BY publish_time DESC, content_id DESC LIMIT ?)
+UNION ALL (SELECT 1, floor_time, floor_id, 0, '' FROM user_state WHERE user_id = ? AND floor_time IS NOT NULL)
+UNION ALL (SELECT 2, pull, 0, author_id, '' FROM following WHERE user_id = ? AND pull > 0)
+UNION ALL (SELECT 3, last_read_at, 0, CAST(active_since AS UNSIGNED), '' FROM user_state WHERE user_id = ?)`
+
+// PullAuthor is a followed author whose outbox reads merge.
+type PullAuthor struct {
+	AuthorID uint64
+	Pull     int // PullBelowActive and/or PullPending
+}
+
+// FeedSnapshot is what one feed page starts from.
+type FeedSnapshot struct {
+	Inbox       []feed.Post // newest first, older than the page's bound
+	Floor       *feed.Key   // the inbox is complete only at and above this key
+	Pull        []PullAuthor
+	LastReadAt  int64
+	ActiveSince int64
+}
+
+// feedPageStmt returns the shard's prepared feed statement, preparing it on
+// first use; database/sql then re-prepares it on each pooled connection.
+func (sh *Shard) feedPageStmt(ctx context.Context) (*sqlx.Stmt, error) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.feedPage == nil {
+		st, err := sh.DB.PreparexContext(ctx, feedPageSQL)
+		if err != nil {
+			return nil, err
+		}
+		sh.feedPage = st
+	}
+	return sh.feedPage, nil
+}
+
+// ReadFeed returns the user's inbox entries older than before (up to limit)
+// with the state needed to merge pull sources into them.
+func (s *Store) ReadFeed(ctx context.Context, userID uint64, before feed.Key, limit int) (FeedSnapshot, error) {
+	sh := s.ShardOf(userID)
+	var snap FeedSnapshot
+	st, err := sh.feedPageStmt(ctx)
+	if err != nil {
+		return snap, wrap("read feed", err)
+	}
+	rows, err := st.QueryContext(ctx, userID, before.PublishTime, before.PublishTime, before.ContentID, limit,
+		userID, userID, userID)
+	if err != nil {
+		return snap, wrap("read feed", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var src int
+		var t sql.NullInt64
+		var id, a uint64
+		var k string
+		if err := rows.Scan(&src, &t, &id, &a, &k); err != nil {
+			return snap, wrap("read feed", err)
+		}
+		switch src {
+		case 0:
+			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: id, AuthorID: a, PublishTime: t.Int64, Kind: k})
+		case 1:
+			snap.Floor = &feed.Key{PublishTime: t.Int64, ContentID: id}
+		case 2:
+			snap.Pull = append(snap.Pull, PullAuthor{AuthorID: a, Pull: int(t.Int64)})
+		case 3:
+			snap.LastReadAt, snap.ActiveSince = t.Int64, int64(a)
+		}
+	}
+	return snap, wrap("read feed", rows.Err())
+}
+
+// markReadSQL records a feed read. active_since is assigned before
+// last_read_at (MySQL and MariaDB apply SET left to right), so the test on
+// the old last_read_at sees the value from before this read: a user inactive
+// until now starts a new active spell.
+const markReadSQL = `INSERT INTO user_state (user_id, last_read_at, active_since) VALUES (?, ?, ?)
+ON DUPLICATE KEY UPDATE
+  active_since = IF(last_read_at < ?, VALUES(active_since), active_since),
+  last_read_at = GREATEST(last_read_at, VALUES(last_read_at))`
+
+// MarkRead records that the user read their feed at now. If the previous
+// read was before inactiveBefore, the user's active spell restarts at
+// activeSince.
+func (s *Store) MarkRead(ctx context.Context, userID uint64, now, activeSince, inactiveBefore int64) error {
+	_, err := s.ShardOf(userID).DB.ExecContext(ctx, markReadSQL, userID, now, activeSince, inactiveBefore)
+	return wrap("mark read", err)
+}
+
+const lockFloorSQL = `SELECT floor_time, floor_id FROM user_state WHERE user_id = ? FOR UPDATE`
+
+const setFloorSQL = `UPDATE user_state SET floor_time = ?, floor_id = ? WHERE user_id = ?`
+
+const newestKeysSQL = `SELECT publish_time, content_id FROM inbox WHERE user_id = ?
+ORDER BY publish_time DESC, content_id DESC LIMIT ?`
+
+const trimBelowSQL = `DELETE FROM inbox WHERE user_id = ? AND ` + keysetOlder
+
+// raiseFloor locks the user's state row and moves the floor up to key if it
+// is below it. Callers take this lock before touching the inbox, so trims
+// and backfills of one user queue on it.
+func raiseFloor(ctx context.Context, tx *sqlx.Tx, userID uint64, key *feed.Key) error {
+	if _, err := tx.ExecContext(ctx, ensureUserStateSQL, userID); err != nil {
+		return err
+	}
+	var t sql.NullInt64
+	var id sql.NullInt64
+	if err := tx.QueryRowxContext(ctx, lockFloorSQL, userID).Scan(&t, &id); err != nil {
+		return err
+	}
+	if key == nil {
+		return nil
+	}
+	if t.Valid && !(feed.Key{PublishTime: t.Int64, ContentID: uint64(id.Int64)}).Less(*key) {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, setFloorSQL, key.PublishTime, key.ContentID, userID)
+	return err
+}
+
+// trim deletes the user's inbox entries beyond the newest limit and raises
+// the floor to the oldest kept one. Finding that key reads the newest limit
+// keys (index only): a rank lookup, not paging. The caller holds the floor lock.
+func trim(ctx context.Context, tx *sqlx.Tx, userID uint64, limit int) (int64, error) {
+	var keys []struct {
+		T  int64  `db:"publish_time"`
+		ID uint64 `db:"content_id"`
+	}
+	if err := sqlx.SelectContext(ctx, tx, &keys, newestKeysSQL, userID, limit); err != nil || len(keys) < limit {
+		return 0, err
+	}
+	oldest := feed.Key{PublishTime: keys[limit-1].T, ContentID: keys[limit-1].ID}
+	r, err := tx.ExecContext(ctx, trimBelowSQL, userID, oldest.PublishTime, oldest.PublishTime, oldest.ContentID)
+	if err != nil {
+		return 0, err
+	}
+	n, err := r.RowsAffected()
+	if err != nil || n == 0 {
+		return 0, err
+	}
+	return n, raiseFloor(ctx, tx, userID, &oldest)
+}
+
+// TrimInbox keeps the user's newest limit inbox entries. Entries below the
+// new floor are still reachable: reads continue from the outboxes there.
+func (s *Store) TrimInbox(ctx context.Context, userID uint64, limit int) (int64, error) {
+	var n int64
+	err := inTx(ctx, s.ShardOf(userID).DB, func(tx *sqlx.Tx) error {
+		if err := raiseFloor(ctx, tx, userID, nil); err != nil {
+			return err
+		}
+		var err error
+		n, err = trim(ctx, tx, userID, limit)
+		return err
+	})
+	return n, wrap("trim inbox", err)
+}
+
+const lockFollowingSQL = `SELECT pull FROM following WHERE user_id = ? AND author_id = ? LOCK IN SHARE MODE`
+
+const insertInboxHead = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)`
+
+const settleFollowSQL = `UPDATE following SET pull = (pull & ?) | ? WHERE user_id = ? AND author_id = ?`
+
+// BackfillResult reports a backfill.
+type BackfillResult struct {
+	Copied   int64
+	Followed bool // false: the user no longer follows the author, nothing copied
+}
+
+// Backfill copies the author's newest posts (returned) (at most limit, read from the
+// author's shard) into the user's inbox, in one transaction on the user's
+// shard that also settles the following row's pull bits: the pending bit is
+// cleared and, for a pull author, PullBelowActive set. The following row is
+// read with a shared lock, so an unfollow cannot slip between the check and
+// the copy. If the author had limit posts or more, older ones are not
+// copied and the inbox floor rises to the oldest copied one. The inbox is
+// then trimmed back to limit.
+func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int, pullAuthor bool) (BackfillResult, []feed.Post, error) {
+	var res BackfillResult
+	posts, err := s.ListPosts(ctx, authorID, feed.Key{PublishTime: maxTime, ContentID: maxID}, limit)
+	if err != nil {
+		return res, nil, err
+	}
+	setBits := 0
+	if pullAuthor {
+		setBits = PullBelowActive
+	}
+	err = inTx(ctx, s.ShardOf(userID).DB, func(tx *sqlx.Tx) error {
+		res = BackfillResult{}
+		var floor *feed.Key
+		if len(posts) >= limit {
+			k := posts[len(posts)-1].Key()
+			floor = &k
+		}
+		if err := raiseFloor(ctx, tx, userID, floor); err != nil {
+			return err
+		}
+		var pull int
+		err := tx.GetContext(ctx, &pull, lockFollowingSQL, userID, authorID)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		res.Followed = true
+		if len(posts) > 0 {
+			args := make([]any, 0, 5*len(posts))
+			for _, p := range posts {
+				args = append(args, userID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind)
+			}
+			r, err := tx.ExecContext(ctx, multiRowInsert(insertInboxHead, 5, len(posts), ""), args...)
+			if err != nil {
+				return err
+			}
+			if res.Copied, err = r.RowsAffected(); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, settleFollowSQL, PullBelowActive, setBits, userID, authorID); err != nil {
+			return err
+		}
+		_, err = trim(ctx, tx, userID, limit)
+		return err
+	})
+	if err != nil {
+		return res, nil, wrap("backfill", err)
+	}
+	return res, posts, nil
+}
+
+// RemoveFromInbox deletes the given posts of an author from a user's inbox:
+// copies a backfill made of posts deleted while it ran.
+func (s *Store) RemoveFromInbox(ctx context.Context, userID uint64, posts []feed.Post) error {
+	if len(posts) == 0 {
+		return nil
+	}
+	err := inTx(ctx, s.ShardOf(userID).DB, func(tx *sqlx.Tx) error {
+		for _, p := range posts {
+			if _, err := tx.ExecContext(ctx, deleteInboxEntrySQL, userID, p.PublishTime, p.ContentID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return wrap("remove from inbox", err)
+}
+
+// Bounds of the first page's keyset: above every real key.
+const (
+	maxTime = int64(1<<63 - 1)
+	maxID   = uint64(1<<64 - 1)
+)
+
+// Top is the keyset bound of a first page: every post is older than it.
+var Top = feed.Key{PublishTime: maxTime, ContentID: maxID}
+
+// InboxKeys returns the user's whole inbox, newest first; for tests and
+// verification tools, not request paths.
+func (s *Store) InboxKeys(ctx context.Context, userID uint64) ([]feed.Post, error) {
+	var out []feed.Post
+	err := sqlx.SelectContext(ctx, s.ShardOf(userID).DB, &out, `SELECT content_id, author_id, publish_time, kind FROM inbox
+WHERE user_id = ? ORDER BY publish_time DESC, content_id DESC`, userID)
+	if err != nil {
+		return nil, fmt.Errorf("store: inbox keys: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,208 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed"
+)
+
+// keysetOlder is the keyset condition of every newest-first page, written
+// long-hand: not every MySQL-family server range-scans the row-constructor
+// form (notes/mysql-measurements.md). Arguments: time, time, id.
+const keysetOlder = `(publish_time < ? OR (publish_time = ? AND content_id < ?))`
+
+const insertPostSQL = `INSERT INTO posts (author_id, publish_time, content_id, kind, created_at) VALUES (?, ?, ?, ?, ?)`
+
+const insertDeliverySQL = `INSERT INTO deliveries (content_id, author_id, publish_time, kind, created_at) VALUES (?, ?, ?, ?, ?)`
+
+const insertOwnInboxSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind) VALUES (?, ?, ?, ?, ?)`
+
+const getPostSQL = `SELECT content_id, author_id, publish_time, kind, deleted FROM posts WHERE content_id = ?`
+
+type postRow struct {
+	feed.Post
+	Deleted bool `db:"deleted"`
+}
+
+// PublishPost stores a new post on its author's shard in one transaction: the
+// post (the author's outbox), its delivery (the event fan-out workers claim)
+// and the author's own inbox entry, so the author sees it at once.
+//
+// When the content id exists already it returns the stored post and
+// created=false, leaving the caller to judge whether the request repeats it.
+// Returns ECONFLICT if the id belongs to a deleted post.
+func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored feed.Post, created bool, err error) {
+	err = inTx(ctx, s.ShardOf(p.AuthorID).DB, func(tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, insertPostSQL, p.AuthorID, p.PublishTime, p.ContentID, p.Kind, now)
+		if mysqlErrno(err) == errDupEntry {
+			var row postRow
+			if err := sqlx.GetContext(ctx, tx, &row, getPostSQL, p.ContentID); err != nil {
+				return err
+			}
+			if row.Deleted {
+				return feed.Errorf(feed.ECONFLICT, "content_id %d belongs to a deleted post", p.ContentID)
+			}
+			stored, created = row.Post, false
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, insertDeliverySQL, p.ContentID, p.AuthorID, p.PublishTime, p.Kind, now); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, insertOwnInboxSQL, p.AuthorID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind); err != nil {
+			return err
+		}
+		stored, created = p, true
+		return nil
+	})
+	return stored, created, wrap("publish post", err)
+}
+
+const lockPostSQL = `SELECT content_id, author_id, publish_time, kind, deleted FROM posts WHERE content_id = ? FOR UPDATE`
+
+const markPostDeletedSQL = `UPDATE posts SET deleted = 1 WHERE author_id = ? AND publish_time = ? AND content_id = ?`
+
+const deleteInboxEntrySQL = `DELETE FROM inbox WHERE user_id = ? AND publish_time = ? AND content_id = ?`
+
+const lockDeliverySQL = `SELECT state FROM deliveries WHERE content_id = ? FOR UPDATE`
+
+// A done delivery has no tasks left: it goes back to planning, as a retraction.
+const replanRetractSQL = `UPDATE deliveries SET retract = 1, state = 0, claim_token = 0, claimed_until = 0 WHERE content_id = ?`
+
+const markRetractSQL = `UPDATE deliveries SET retract = 1 WHERE content_id = ?`
+
+// Running tasks restart their whole range as removals; a worker still
+// pushing fails its guarded progress update and stops.
+const retractTasksSQL = `UPDATE fanout_tasks SET retract = 1, done = 0, last_user = lo, delivered = 0 WHERE content_id = ?`
+
+// DeletePost marks the post deleted, removes it from the author's own inbox
+// and turns its delivery into a retraction that removes it from followers'
+// inboxes, all in one transaction on the author's shard. Deleting a deleted
+// post does nothing.
+//
+// Returns ENOTFOUND if the author never published contentID.
+func (s *Store) DeletePost(ctx context.Context, authorID, contentID uint64) error {
+	err := inTx(ctx, s.ShardOf(authorID).DB, func(tx *sqlx.Tx) error {
+		var row postRow
+		err := sqlx.GetContext(ctx, tx, &row, lockPostSQL, contentID)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && row.AuthorID != authorID) {
+			return feed.Errorf(feed.ENOTFOUND, "post %d of user %d not found", contentID, authorID)
+		} else if err != nil || row.Deleted {
+			return err
+		}
+		for _, q := range []string{markPostDeletedSQL, deleteInboxEntrySQL} {
+			if _, err := tx.ExecContext(ctx, q, authorID, row.PublishTime, contentID); err != nil {
+				return err
+			}
+		}
+		var state int
+		if err := tx.GetContext(ctx, &state, lockDeliverySQL, contentID); err != nil {
+			return err
+		}
+		stmts := []string{markRetractSQL, retractTasksSQL}
+		if state == deliveryDone {
+			stmts = []string{replanRetractSQL}
+		}
+		for _, q := range stmts {
+			if _, err := tx.ExecContext(ctx, q, contentID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return wrap("delete post", err)
+}
+
+// GetPost returns a live post of the author.
+//
+// Returns ENOTFOUND if it does not exist, belongs to another author or was deleted.
+func (s *Store) GetPost(ctx context.Context, authorID, contentID uint64) (feed.Post, error) {
+	var row postRow
+	err := sqlx.GetContext(ctx, s.ShardOf(authorID).DB, &row, getPostSQL, contentID)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && (row.AuthorID != authorID || row.Deleted)) {
+		return feed.Post{}, feed.Errorf(feed.ENOTFOUND, "post %d of user %d not found", contentID, authorID)
+	}
+	return row.Post, wrap("get post", err)
+}
+
+const listPostsSQL = `SELECT content_id, author_id, publish_time, kind FROM posts
+WHERE author_id = ? AND deleted = 0 AND ` + keysetOlder + `
+ORDER BY publish_time DESC, content_id DESC LIMIT ?`
+
+// ListPosts returns up to limit live posts of the author older than before, newest first.
+func (s *Store) ListPosts(ctx context.Context, authorID uint64, before feed.Key, limit int) ([]feed.Post, error) {
+	var posts []feed.Post
+	err := sqlx.SelectContext(ctx, s.ShardOf(authorID).DB, &posts, listPostsSQL,
+		authorID, before.PublishTime, before.PublishTime, before.ContentID, limit)
+	return posts, wrap("list posts", err)
+}
+
+// PullSource asks for one author's live posts older than Before.
+type PullSource struct {
+	AuthorID uint64
+	Before   feed.Key
+}
+
+// pullChunk bounds the authors read by one pull statement.
+const pullChunk = 64
+
+// pullPartSQL is one author's part of a pull statement: its newest posts
+// below a bound, a backward range scan of the posts primary key.
+const pullPartSQL = `(SELECT content_id, author_id, publish_time, kind FROM posts
+WHERE author_id = ? AND deleted = 0 AND ` + keysetOlder + `
+ORDER BY publish_time DESC, content_id DESC LIMIT ?)`
+
+// PullPosts reads up to limit live posts of each source, newest first per
+// source, for read-time merging. Sources on the same shard are read together
+// with one UNION ALL statement per 64 authors, so a page costs one query per
+// shard for the usual handful of pull authors. It returns the posts in no
+// particular order and the number of statements it ran.
+func (s *Store) PullPosts(ctx context.Context, sources []PullSource, limit int) ([]feed.Post, int, error) {
+	byShard := map[*Shard][]PullSource{}
+	for _, src := range sources {
+		sh := s.ShardOf(src.AuthorID)
+		byShard[sh] = append(byShard[sh], src)
+	}
+	var out []feed.Post
+	queries := 0
+	for sh, srcs := range byShard {
+		for start := 0; start < len(srcs); start += pullChunk {
+			chunk := srcs[start:min(start+pullChunk, len(srcs))]
+			parts := make([]string, len(chunk))
+			args := make([]any, 0, 5*len(chunk))
+			for i, src := range chunk {
+				parts[i] = pullPartSQL
+				args = append(args, src.AuthorID, src.Before.PublishTime, src.Before.PublishTime, src.Before.ContentID, limit)
+			}
+			var posts []feed.Post
+			q := strings.Join(parts, " UNION ALL ")
+			if err := sqlx.SelectContext(ctx, sh.DB, &posts, q, args...); err != nil {
+				return nil, queries, wrap("pull posts", err)
+			}
+			queries++
+			out = append(out, posts...)
+		}
+	}
+	return out, queries, nil
+}
+
+// DeletedPosts returns which of the author's content ids are deleted; a
+// backfill uses it to undo copies that raced with a delete.
+func (s *Store) DeletedPosts(ctx context.Context, authorID uint64, ids []uint64) ([]uint64, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	q, args, err := sqlx.In(`SELECT content_id FROM posts WHERE content_id IN (?) AND deleted = 1`, ids)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	err = sqlx.SelectContext(ctx, s.ShardOf(authorID).DB, &out, q, args...)
+	return out, wrap("deleted posts", err)
+}

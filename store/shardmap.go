@@ -1,0 +1,177 @@
+package store
+
+import (
+	"crypto/cipher"
+	"crypto/des"
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// DefaultVirtualShards is the virtual shard count of a new deployment. It is
+// fixed for the life of the data: resharding moves whole virtual shards
+// between databases and never re-hashes an id.
+const DefaultVirtualShards = 1024
+
+// DefaultMaxOpenConns bounds each database pool unless sharding.yaml says otherwise.
+const DefaultMaxOpenConns = 32
+
+// ShardMap is sharding.yaml: the databases and which virtual shards each owns.
+type ShardMap struct {
+	// VirtualShards is the fixed number of virtual shards, a power of two.
+	VirtualShards int `yaml:"virtual_shards"`
+	// Databases by name. A DSN may use ${VAR} to take secrets from the environment.
+	Databases map[string]DatabaseConfig `yaml:"databases"`
+	// Ranges assigns every virtual shard to exactly one database.
+	Ranges []RangeConfig `yaml:"ranges"`
+}
+
+// DatabaseConfig is one MySQL server (or schema) holding some virtual shards.
+type DatabaseConfig struct {
+	DSN          string `yaml:"dsn"`
+	MaxOpenConns int    `yaml:"max_open_conns"`
+}
+
+// RangeConfig maps the inclusive virtual shard range "first-last" (or a single
+// number) to a database.
+type RangeConfig struct {
+	VShards  string `yaml:"vshards"`
+	Database string `yaml:"database"`
+}
+
+// SingleShardMap puts every virtual shard on one database: the layout used
+// when FEED_SHARDING is not set.
+func SingleShardMap(dsn string) *ShardMap {
+	return &ShardMap{
+		VirtualShards: DefaultVirtualShards,
+		Databases:     map[string]DatabaseConfig{"main": {DSN: dsn}},
+		Ranges:        []RangeConfig{{VShards: fmt.Sprintf("0-%d", DefaultVirtualShards-1), Database: "main"}},
+	}
+}
+
+// LoadShardMap reads and validates a sharding.yaml, expanding ${VAR} in DSNs.
+func LoadShardMap(path string) (*ShardMap, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("sharding: %w", err)
+	}
+	return ParseShardMap(b)
+}
+
+// ParseShardMap parses and validates sharding.yaml content.
+func ParseShardMap(b []byte) (*ShardMap, error) {
+	var m ShardMap
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("sharding: parse: %w", err)
+	}
+	for name, db := range m.Databases {
+		db.DSN = os.ExpandEnv(db.DSN)
+		m.Databases[name] = db
+	}
+	if _, err := m.assignments(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// assignments validates the map and returns the database name of every
+// virtual shard, indexed by virtual shard.
+func (m *ShardMap) assignments() ([]string, error) {
+	n := m.VirtualShards
+	if n < 1 || n > 1<<16 || bits.OnesCount(uint(n)) != 1 {
+		return nil, fmt.Errorf("sharding: virtual_shards must be a power of two in 1..65536, got %d", n)
+	}
+	if len(m.Databases) == 0 {
+		return nil, fmt.Errorf("sharding: no databases")
+	}
+	for name, db := range m.Databases {
+		if db.DSN == "" {
+			return nil, fmt.Errorf("sharding: database %q has no dsn", name)
+		}
+		if db.MaxOpenConns < 0 {
+			return nil, fmt.Errorf("sharding: database %q: max_open_conns must be >= 0", name)
+		}
+	}
+	owner := make([]string, n)
+	used := map[string]bool{}
+	for _, r := range m.Ranges {
+		first, last, err := parseRange(r.VShards)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := m.Databases[r.Database]; !ok {
+			return nil, fmt.Errorf("sharding: range %s: unknown database %q", r.VShards, r.Database)
+		}
+		if last >= n {
+			return nil, fmt.Errorf("sharding: range %s: beyond virtual_shards %d", r.VShards, n)
+		}
+		for v := first; v <= last; v++ {
+			if owner[v] != "" {
+				return nil, fmt.Errorf("sharding: virtual shard %d is in two ranges (%s and %s)", v, owner[v], r.Database)
+			}
+			owner[v] = r.Database
+		}
+		used[r.Database] = true
+	}
+	if i := slices.Index(owner, ""); i >= 0 {
+		return nil, fmt.Errorf("sharding: virtual shard %d is in no range", i)
+	}
+	for name := range m.Databases {
+		if !used[name] {
+			return nil, fmt.Errorf("sharding: database %q owns no range", name)
+		}
+	}
+	return owner, nil
+}
+
+func parseRange(s string) (first, last int, err error) {
+	lo, hi, isRange := strings.Cut(strings.TrimSpace(s), "-")
+	first, err = strconv.Atoi(strings.TrimSpace(lo))
+	if err == nil {
+		last = first
+		if isRange {
+			last, err = strconv.Atoi(strings.TrimSpace(hi))
+		}
+	}
+	if err != nil || first < 0 || last < first {
+		return 0, 0, fmt.Errorf("sharding: bad vshards %q: want \"first-last\" with 0 <= first <= last", s)
+	}
+	return first, last, nil
+}
+
+// nullDES is the block cipher of Vitess's "hash" vindex: DES with an all-zero
+// key. Using the same keyspace id means a later move to vtgate keeps every row
+// where it is.
+var nullDES = func() cipher.Block {
+	b, err := des.NewCipher(make([]byte, 8))
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
+
+// KeyspaceID returns the 64-bit keyspace id of a user or author id, equal to
+// Vitess's hash vindex.
+func KeyspaceID(id uint64) uint64 {
+	var in, out [8]byte
+	binary.BigEndian.PutUint64(in[:], id)
+	nullDES.Encrypt(out[:], in[:])
+	return binary.BigEndian.Uint64(out[:])
+}
+
+// VirtualShard maps an id to one of n (a power of two) virtual shards: the
+// top bits of its keyspace id, so virtual shard ranges are keyspace-id ranges.
+func VirtualShard(id uint64, n int) int {
+	if n == 1 {
+		return 0
+	}
+	return int(KeyspaceID(id) >> (64 - bits.TrailingZeros(uint(n))))
+}

@@ -1,0 +1,240 @@
+// Package store holds every SQL statement of the service and owns routing:
+// each exported method names the user or author whose shard it touches and
+// runs its transaction on that shard only.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed"
+)
+
+// Shard is one database holding a set of virtual shards, with its own pool.
+// Every transaction runs on exactly one Shard.
+type Shard struct {
+	Name string
+	DB   *sqlx.DB
+	dsn  string
+
+	mu sync.Mutex // guards feedPage
+	// feedPage is the hot read, prepared once per connection: an unprepared
+	// query costs three round trips (notes/mysql-measurements.md).
+	feedPage *sqlx.Stmt
+}
+
+// Store routes ids to shards and runs the SQL.
+type Store struct {
+	shards []*Shard // sorted by name
+	owner  []*Shard // indexed by virtual shard
+}
+
+// Open connects to every database of the map. It does not ping: use Ping
+// (readiness) or Migrate to check the servers.
+func Open(m *ShardMap) (*Store, error) {
+	names, err := m.assignments()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{owner: make([]*Shard, len(names))}
+	byName := map[string]*Shard{}
+	for name, cfg := range m.Databases {
+		dsn, err := normalizeDSN(cfg.DSN)
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("store: database %q: %w", name, err)
+		}
+		sh := &Shard{Name: name, DB: openDB(dsn, cfg.MaxOpenConns), dsn: dsn}
+		byName[name] = sh
+		s.shards = append(s.shards, sh)
+	}
+	slices.SortFunc(s.shards, func(a, b *Shard) int { return strings.Compare(a.Name, b.Name) })
+	for v, name := range names {
+		s.owner[v] = byName[name]
+	}
+	return s, nil
+}
+
+// openDB opens a pool; sqlx.Open only fails for an unknown driver.
+func openDB(dsn string, maxOpen int) *sqlx.DB {
+	db := sqlx.MustOpen("mysql", dsn)
+	if maxOpen == 0 {
+		maxOpen = DefaultMaxOpenConns
+	}
+	db.SetMaxOpenConns(maxOpen)
+	db.SetMaxIdleConns(maxOpen)
+	db.SetConnMaxIdleTime(5 * time.Minute)
+	return db
+}
+
+// normalizeDSN sets the driver options the store relies on: interpolated
+// parameters (one round trip per statement that is not prepared) and no
+// implicit time parsing (times are Unix milliseconds).
+func normalizeDSN(dsn string) (string, error) {
+	c, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", fmt.Errorf("bad dsn: %w", err)
+	}
+	if c.DBName == "" {
+		return "", errors.New("dsn names no database")
+	}
+	if _, set := c.Params["interpolateParams"]; !set {
+		c.InterpolateParams = true
+	}
+	return c.FormatDSN(), nil
+}
+
+// Close closes every pool.
+func (s *Store) Close() error {
+	var errs []error
+	for _, sh := range s.shards {
+		if sh.feedPage != nil {
+			errs = append(errs, sh.feedPage.Close())
+		}
+		errs = append(errs, sh.DB.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Shards returns every shard, sorted by name. Workers run per shard.
+func (s *Store) Shards() []*Shard { return s.shards }
+
+// ShardOf returns the shard of a user id or author id. Both hash the same
+// way, so a user's inbox and the same id's posts share a shard.
+func (s *Store) ShardOf(id uint64) *Shard {
+	return s.owner[VirtualShard(id, len(s.owner))]
+}
+
+// groupByShard splits ids by the shard that owns them, keeping their order.
+func (s *Store) groupByShard(ids []uint64) map[*Shard][]uint64 {
+	out := map[*Shard][]uint64{}
+	for _, id := range ids {
+		sh := s.ShardOf(id)
+		out[sh] = append(out[sh], id)
+	}
+	return out
+}
+
+// Ping checks that every shard answers and carries the whole schema.
+//
+// Returns EUNAVAILABLE naming the first shard that fails.
+func (s *Store) Ping(ctx context.Context) error {
+	for _, sh := range s.shards {
+		if err := sh.DB.PingContext(ctx); err != nil {
+			return feed.Errorf(feed.EUNAVAILABLE, "shard %s unreachable", sh.Name)
+		}
+		pending, err := hasPendingMigrations(ctx, sh.DB.DB)
+		if err != nil {
+			return feed.Errorf(feed.EUNAVAILABLE, "shard %s: schema version unknown", sh.Name)
+		} else if pending {
+			return feed.Errorf(feed.EUNAVAILABLE, "shard %s: schema not current", sh.Name)
+		}
+	}
+	return nil
+}
+
+// inTx runs fn in a transaction on db, retrying deadlocks and lock wait
+// timeouts a few times: InnoDB resolves them by rolling one side back, and
+// every write here is safe to replay.
+func inTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	const attempts = 4
+	var err error
+	for i := range attempts {
+		if err = runTx(ctx, db, fn); err == nil || !retryable(err) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(i+1) * 5 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func runTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return classify(err)
+	}
+	defer tx.Rollback()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return classify(tx.Commit())
+}
+
+// MySQL error numbers the store acts on.
+const (
+	errDupEntry        = 1062
+	errLockWaitTimeout = 1205
+	errDeadlock        = 1213
+)
+
+func mysqlErrno(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+func retryable(err error) bool {
+	n := mysqlErrno(err)
+	return n == errDeadlock || n == errLockWaitTimeout
+}
+
+// classify turns connection failures into EUNAVAILABLE so clients get a 503
+// they can retry instead of a 500; other errors pass through unchanged.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ne net.Error
+	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
+		errors.Is(err, sql.ErrConnDone) || errors.As(err, &ne) {
+		return errors.Join(feed.Errorf(feed.EUNAVAILABLE, "database unavailable"), err)
+	}
+	return err
+}
+
+// wrap prefixes a database error with the operation and classifies it.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if feed.ErrorCode(err) != feed.EINTERNAL {
+		return err
+	}
+	return classify(fmt.Errorf("store: %s: %w", op, err))
+}
+
+// multiRowInsert returns "<head> VALUES (?,…),(?,…)…<tail>" for rows rows of
+// cols columns: the one place multi-row statements are built, from constant
+// text and placeholders only.
+func multiRowInsert(head string, cols, rows int, tail string) string {
+	tuple := "(" + strings.TrimSuffix(strings.Repeat("?,", cols), ",") + ")"
+	var b strings.Builder
+	b.Grow(len(head) + rows*(len(tuple)+1) + len(tail) + 8)
+	b.WriteString(head)
+	b.WriteString(" VALUES ")
+	for i := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(tuple)
+	}
+	b.WriteString(tail)
+	return b.String()
+}

@@ -1,0 +1,175 @@
+// Package storetest gives integration tests a real MySQL-family server and
+// fresh, uniquely named databases on it. The server comes from
+// FEED_TEST_MYSQL_DSN (a DSN without a database name, as `make test` sets
+// it), else from a MySQL 8.4 testcontainer when Docker answers. With neither
+// the test fails: a test that cannot reach a database must never pass.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/testcontainers/testcontainers-go"
+	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
+
+	"github.com/feedhq/feed/store"
+)
+
+// EnvDSN names the variable holding the test server's DSN.
+const EnvDSN = "FEED_TEST_MYSQL_DSN"
+
+var (
+	serverOnce sync.Once
+	serverDSN  string
+	serverErr  error
+)
+
+// ServerDSN returns the DSN of the test server with no database name.
+func ServerDSN(t testing.TB) string {
+	t.Helper()
+	serverOnce.Do(func() { serverDSN, serverErr = discover() })
+	if serverErr != nil {
+		t.Fatalf("storetest: no MySQL server: %v", serverErr)
+	}
+	return serverDSN
+}
+
+func discover() (string, error) {
+	if dsn := os.Getenv(EnvDSN); dsn != "" {
+		return dsn, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	provider, err := testcontainers.NewDockerProvider()
+	if err == nil {
+		err = provider.Health(ctx)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s is not set and Docker does not answer (%v); run `make test`, which starts a local server", EnvDSN, err)
+	}
+	// The container lives as long as the test binary; Ryuk removes it.
+	c, err := tcmysql.Run(ctx, "mysql:8.4", tcmysql.WithDatabase("feed"), tcmysql.WithUsername("root"), tcmysql.WithPassword("feed"))
+	if err != nil {
+		return "", fmt.Errorf("start mysql:8.4 container: %w", err)
+	}
+	dsn, err := c.ConnectionString(ctx)
+	if err != nil {
+		return "", err
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return "", err
+	}
+	cfg.DBName = ""
+	return cfg.FormatDSN(), nil
+}
+
+// DatabaseDSN returns a DSN for a new database named after the test, created
+// empty and dropped when the test ends.
+func DatabaseDSN(t testing.TB) string {
+	t.Helper()
+	server := ServerDSN(t)
+	cfg, err := mysql.ParseDSN(server)
+	if err != nil {
+		t.Fatalf("storetest: bad %s: %v", EnvDSN, err)
+	}
+	cfg.DBName = uniqueName(t.Name())
+	admin, err := sql.Open("mysql", server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	// Schema names cannot be placeholders; uniqueName yields [a-z0-9_] only.
+	if _, err := admin.Exec("CREATE DATABASE `" + cfg.DBName + "`"); err != nil {
+		t.Fatalf("storetest: create database: %v", err)
+	}
+	t.Cleanup(func() {
+		admin, err := sql.Open("mysql", server)
+		if err != nil {
+			t.Errorf("storetest: drop database: %v", err)
+			return
+		}
+		defer admin.Close()
+		if _, err := admin.Exec("DROP DATABASE IF EXISTS `" + cfg.DBName + "`"); err != nil {
+			t.Errorf("storetest: drop database: %v", err)
+		}
+	})
+	return cfg.FormatDSN()
+}
+
+// uniqueName builds "feedtest_<test>_<random>" within MySQL's 64 characters.
+func uniqueName(test string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(test) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	name := b.String()
+	if len(name) > 40 {
+		name = name[len(name)-40:]
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	return "ft_" + name + "_" + hex.EncodeToString(rnd[:])
+}
+
+// Options shape the store a test gets.
+type Options struct {
+	// Shards is the number of databases the virtual shards are spread over
+	// (0 means 1). They live on the same server, which is enough to run every
+	// cross-shard path: each is its own pool and its own transactions.
+	Shards int
+	// MaxOpenConns per shard; 0 means 8.
+	MaxOpenConns int
+}
+
+// NewStore returns a migrated store on fresh databases, closed when the test ends.
+func NewStore(t testing.TB, opt Options) *store.Store {
+	t.Helper()
+	st, err := store.Open(NewShardMap(t, opt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatalf("storetest: migrate: %v", err)
+	}
+	return st
+}
+
+// NewShardMap creates opt.Shards fresh databases and returns a map spreading
+// the virtual shards evenly over them.
+func NewShardMap(t testing.TB, opt Options) *store.ShardMap {
+	t.Helper()
+	n := max(opt.Shards, 1)
+	conns := opt.MaxOpenConns
+	if conns == 0 {
+		conns = 8
+	}
+	m := &store.ShardMap{VirtualShards: store.DefaultVirtualShards, Databases: map[string]store.DatabaseConfig{}}
+	per := store.DefaultVirtualShards / n
+	for i := range n {
+		name := fmt.Sprintf("db%d", i)
+		m.Databases[name] = store.DatabaseConfig{DSN: DatabaseDSN(t), MaxOpenConns: conns}
+		last := (i+1)*per - 1
+		if i == n-1 {
+			last = store.DefaultVirtualShards - 1
+		}
+		m.Ranges = append(m.Ranges, store.RangeConfig{VShards: fmt.Sprintf("%d-%d", i*per, last), Database: name})
+	}
+	return m
+}
