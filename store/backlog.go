@@ -1,0 +1,43 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// Backlog counts queued work over all shards.
+type Backlog struct {
+	Deliveries   int64 `db:"deliveries"`    // not yet planned
+	Tasks        int64 `db:"tasks"`         // fan-out sub-tasks not finished
+	FollowEvents int64 `db:"follow_events"` // follow/unfollow not yet applied
+	Switches     int64 `db:"switches"`      // authors switching to pull mode
+}
+
+// Idle reports whether nothing is queued.
+func (b Backlog) Idle() bool {
+	return b.Deliveries+b.Tasks+b.FollowEvents+b.Switches == 0
+}
+
+const backlogSQL = `SELECT
+ (SELECT COUNT(*) FROM deliveries WHERE state = 0) AS deliveries,
+ (SELECT COUNT(*) FROM fanout_tasks WHERE done = 0) AS tasks,
+ (SELECT COUNT(*) FROM follow_events) AS follow_events,
+ (SELECT COUNT(*) FROM authors WHERE mode = 1) AS switches`
+
+// Backlog returns the work queued on every shard: for tests waiting for the
+// system to come to rest, and for operators.
+func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
+	var total Backlog
+	for _, sh := range s.shards {
+		var b Backlog
+		if err := sqlx.GetContext(ctx, sh.DB, &b, backlogSQL); err != nil {
+			return total, wrap("backlog", err)
+		}
+		total.Deliveries += b.Deliveries
+		total.Tasks += b.Tasks
+		total.FollowEvents += b.FollowEvents
+		total.Switches += b.Switches
+	}
+	return total, nil
+}
