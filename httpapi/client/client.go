@@ -1,0 +1,220 @@
+// Package client is a typed Go client of the feed REST API, used by the
+// end-to-end tests and the benchmark, and usable by any Go program.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"iter"
+	"net/http"
+	"net/url"
+	"strconv"
+)
+
+// Client calls one feed service.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// New returns a client of the service at base (e.g. "http://127.0.0.1:8080").
+// token may be empty; hc nil uses a default client.
+func New(base, token string, hc *http.Client) *Client {
+	if hc == nil {
+		hc = &http.Client{}
+	}
+	return &Client{base: base, token: token, http: hc}
+}
+
+// Post is a post as the API returns it.
+type Post struct {
+	ContentID   string `json:"content_id"`
+	AuthorID    string `json:"author_id"`
+	PublishTime int64  `json:"publish_time"`
+	Kind        string `json:"kind"`
+}
+
+// Page is one page of a list.
+type Page[T any] struct {
+	Items      []T     `json:"items"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+// Following is an item of a user's following list.
+type Following struct {
+	AuthorID   string `json:"author_id"`
+	FollowedAt int64  `json:"followed_at"`
+}
+
+// Follower is an item of an author's followers list.
+type Follower struct {
+	UserID     string `json:"user_id"`
+	FollowedAt int64  `json:"followed_at"`
+}
+
+// Delivery is a post's fan-out progress.
+type Delivery struct {
+	State      string `json:"state"`
+	Mode       string `json:"mode"`
+	Recipients int64  `json:"recipients"`
+	Delivered  int64  `json:"delivered"`
+}
+
+// Error is an error response of the API.
+type Error struct {
+	Status  int
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("feed api: %d %s: %s", e.Status, e.Code, e.Message) }
+
+// PublishRequest is the body of a publish; zero fields are omitted so the
+// server assigns them.
+type PublishRequest struct {
+	ContentID   string `json:"content_id,omitempty"`
+	PublishTime int64  `json:"publish_time,omitempty"`
+	Kind        string `json:"kind,omitempty"`
+}
+
+// Publish publishes a post; created is false when the server already had it.
+func (c *Client) Publish(ctx context.Context, author uint64, req PublishRequest) (p Post, created bool, err error) {
+	status, err := c.do(ctx, http.MethodPost, fmt.Sprintf("/v1/users/%d/posts", author), nil, req, &p)
+	return p, status == http.StatusCreated, err
+}
+
+// DeletePost deletes a post.
+func (c *Client) DeletePost(ctx context.Context, author, content uint64) error {
+	_, err := c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/users/%d/posts/%d", author, content), nil, nil, nil)
+	return err
+}
+
+// Delivery returns a post's fan-out progress.
+func (c *Client) Delivery(ctx context.Context, author, content uint64) (d Delivery, err error) {
+	_, err = c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/users/%d/posts/%d/delivery", author, content), nil, nil, &d)
+	return d, err
+}
+
+// Follow makes user follow author.
+func (c *Client) Follow(ctx context.Context, user, author uint64) error {
+	_, err := c.do(ctx, http.MethodPut, fmt.Sprintf("/v1/users/%d/following/%d", user, author), nil, nil, nil)
+	return err
+}
+
+// Unfollow makes user stop following author.
+func (c *Client) Unfollow(ctx context.Context, user, author uint64) error {
+	_, err := c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/users/%d/following/%d", user, author), nil, nil, nil)
+	return err
+}
+
+// Feed returns one page of the user's home feed.
+func (c *Client) Feed(ctx context.Context, user uint64, limit int, cursor string) (Page[Post], error) {
+	return getPage[Post](ctx, c, fmt.Sprintf("/v1/users/%d/feed", user), limit, cursor)
+}
+
+// Posts returns one page of the author's own posts.
+func (c *Client) Posts(ctx context.Context, author uint64, limit int, cursor string) (Page[Post], error) {
+	return getPage[Post](ctx, c, fmt.Sprintf("/v1/users/%d/posts", author), limit, cursor)
+}
+
+// Following returns one page of the authors the user follows.
+func (c *Client) Following(ctx context.Context, user uint64, limit int, cursor string) (Page[Following], error) {
+	return getPage[Following](ctx, c, fmt.Sprintf("/v1/users/%d/following", user), limit, cursor)
+}
+
+// Followers returns one page of the author's followers.
+func (c *Client) Followers(ctx context.Context, author uint64, limit int, cursor string) (Page[Follower], error) {
+	return getPage[Follower](ctx, c, fmt.Sprintf("/v1/users/%d/followers", author), limit, cursor)
+}
+
+// All iterates over every item of a list, fetching pages of limit with
+// fetch (e.g. c.Feed bound to a user) until next_cursor is null.
+func All[T any](ctx context.Context, limit int, fetch func(ctx context.Context, limit int, cursor string) (Page[T], error)) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		cursor := ""
+		for {
+			page, err := fetch(ctx, limit, cursor)
+			if err != nil {
+				var zero T
+				yield(zero, err)
+				return
+			}
+			for _, it := range page.Items {
+				if !yield(it, nil) {
+					return
+				}
+			}
+			if page.NextCursor == nil {
+				return
+			}
+			cursor = *page.NextCursor
+		}
+	}
+}
+
+func getPage[T any](ctx context.Context, c *Client, path string, limit int, cursor string) (Page[T], error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	var p Page[T]
+	_, err := c.do(ctx, http.MethodGet, path, q, nil, &p)
+	return p, err
+}
+
+// do sends a request and decodes a JSON answer into out; an error status
+// becomes *Error.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) (int, error) {
+	u := c.base + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 400 {
+		var env struct {
+			Error Error `json:"error"`
+		}
+		_ = json.Unmarshal(data, &env)
+		env.Error.Status = resp.StatusCode
+		return resp.StatusCode, &env.Error
+	}
+	if out != nil && len(data) > 0 {
+		if err := json.Unmarshal(data, out); err != nil {
+			return resp.StatusCode, fmt.Errorf("feed api: decode %s %s: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
