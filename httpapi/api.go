@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -39,44 +40,71 @@ type api struct {
 	log *slog.Logger
 }
 
-// New returns the echo instance serving every route of the contract.
+// New returns the echo instance serving every route of the contract. Every
+// GET route answers HEAD too (HTTP requires it; net/http drops the body).
 func New(svc *service.Service, opt Options) *echo.Echo {
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.Registry == nil {
+		opt.Registry = prometheus.NewRegistry()
+	}
 	a := &api{svc: svc, log: opt.Log}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = a.handleError
 	e.Use(middleware.Recover())
 	e.Use(instrument(opt.Registry))
+	if opt.Token != "" {
+		// Global rather than on the group: every /v1 request needs the
+		// token, also one that matches no route or method, and the check
+		// comes before the body is read.
+		e.Use(requireToken("/v1", opt.Token))
+	}
 	e.Use(middleware.BodyLimit(strconv.Itoa(MaxBodyBytes)))
 
-	e.GET("/healthz", a.healthz)
-	e.GET("/readyz", a.readyz)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(opt.Registry, promhttp.HandlerOpts{})))
-	e.GET("/openapi.json", func(c echo.Context) error { return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openAPISpec) })
+	get(e, "/healthz", a.healthz)
+	get(e, "/readyz", a.readyz)
+	get(e, "/metrics", echo.WrapHandler(promhttp.HandlerFor(opt.Registry, promhttp.HandlerOpts{})))
+	get(e, "/openapi.json", func(c echo.Context) error { return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openAPISpec) })
 
 	v1 := e.Group("/v1")
-	if opt.Token != "" {
-		v1.Use(requireToken(opt.Token))
-	}
 	v1.POST("/users/:id/posts", a.publishPost)
-	v1.GET("/users/:id/posts", a.listPosts)
+	get(v1, "/users/:id/posts", a.listPosts)
 	v1.DELETE("/users/:id/posts/:content_id", a.deletePost)
-	v1.GET("/users/:id/posts/:content_id/delivery", a.getDelivery)
+	get(v1, "/users/:id/posts/:content_id/delivery", a.getDelivery)
 	v1.PUT("/users/:id/following/:author_id", a.follow)
 	v1.DELETE("/users/:id/following/:author_id", a.unfollow)
-	v1.GET("/users/:id/following", a.listFollowing)
-	v1.GET("/users/:id/followers", a.listFollowers)
-	v1.GET("/users/:id/feed", a.getFeed)
+	get(v1, "/users/:id/following", a.listFollowing)
+	get(v1, "/users/:id/followers", a.listFollowers)
+	get(v1, "/users/:id/feed", a.getFeed)
 	return e
 }
 
-// requireToken checks the bearer token in constant time.
-func requireToken(token string) echo.MiddlewareFunc {
-	want := []byte("Bearer " + token)
+// router is what *echo.Echo and *echo.Group share for registering routes.
+type router interface {
+	GET(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
+	HEAD(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route
+}
+
+// get registers h for GET and HEAD.
+func get(r router, path string, h echo.HandlerFunc) {
+	r.GET(path, h)
+	r.HEAD(path, h)
+}
+
+// requireToken checks the bearer token of every request under prefix, in
+// constant time. The scheme name is case-insensitive (RFC 9110, 11.1).
+func requireToken(prefix, token string) echo.MiddlewareFunc {
+	want := []byte(token)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			got := []byte(c.Request().Header.Get(echo.HeaderAuthorization))
-			if subtle.ConstantTimeCompare(got, want) != 1 {
+			path := c.Request().URL.Path
+			if path != prefix && !strings.HasPrefix(path, prefix+"/") {
+				return next(c)
+			}
+			scheme, got, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				return feed.Errorf(feed.EUNAUTHORIZED, "missing or wrong bearer token")
 			}
 			return next(c)

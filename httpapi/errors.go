@@ -59,6 +59,9 @@ func (a *api) handleError(err error, c echo.Context) {
 		code, msg = feed.ErrorCode(err), feed.ErrorMessage(err)
 		status = codes[code]
 	}
+	if status == http.StatusUnauthorized {
+		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="feed"`)
+	}
 	if code == feed.EINTERNAL {
 		a.log.Error("http: internal error", "method", c.Request().Method, "path", c.Request().URL.Path, "error", err)
 	}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -253,8 +255,10 @@ func parsePage(c echo.Context) (feed.Page, error) {
 	return p, nil
 }
 
-// decodeBody decodes a JSON object body strictly: unknown fields and
-// trailing data are errors. An empty body is an empty object.
+// decodeBody decodes a JSON object body strictly: anything but one object,
+// a key that is not exactly one of v's JSON field names (encoding/json would
+// match keys case-insensitively) and trailing data are errors. An empty body
+// is an empty object; a null member is the same as an absent one.
 func decodeBody(c echo.Context, v any) error {
 	b, err := io.ReadAll(c.Request().Body)
 	if err != nil {
@@ -267,15 +271,42 @@ func decodeBody(c echo.Context, v any) error {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	var members map[string]json.RawMessage
+	var syntax *json.SyntaxError
+	if err := json.Unmarshal(b, &members); errors.As(err, &syntax) {
+		return feed.Errorf(feed.EINVALID, "invalid JSON body: %s at offset %d", syntax, syntax.Offset)
+	} else if err != nil || members == nil {
+		return feed.Errorf(feed.EINVALID, "invalid JSON body: want a JSON object")
+	}
+	known := jsonFields(v)
+	for name := range members {
+		if !known[name] {
+			return feed.Errorf(feed.EINVALID, "invalid JSON body: unknown field %q", truncate(name, 64))
+		}
+	}
+	if err := json.Unmarshal(b, v); err != nil {
 		return feed.Errorf(feed.EINVALID, "invalid JSON body: %s", jsonProblem(err))
 	}
-	if dec.More() {
-		return feed.Errorf(feed.EINVALID, "invalid JSON body: trailing data")
-	}
 	return nil
+}
+
+// jsonFields returns the JSON names of the fields of the struct v points to.
+func jsonFields(v any) map[string]bool {
+	t := reflect.TypeOf(v).Elem()
+	names := make(map[string]bool, t.NumField())
+	for f := range t.Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			names[name] = true
+		}
+	}
+	return names
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
 
 // jsonProblem describes a decode error without echoing input back.

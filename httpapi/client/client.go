@@ -71,7 +71,9 @@ type Error struct {
 	Message string `json:"message"`
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("feed api: %d %s: %s", e.Status, e.Code, e.Message) }
+func (e *Error) Error() string {
+	return fmt.Sprintf("feed api: %d %s: %s", e.Status, e.Code, e.Message)
+}
 
 // PublishRequest is the body of a publish; zero fields are omitted so the
 // server assigns them.
