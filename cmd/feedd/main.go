@@ -43,6 +43,7 @@ func main() {
 	}
 	if m.Command == "serve" {
 		<-ctx.Done()
+		stop() // a second signal ends the process at once
 	}
 	if err := m.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "feedd:", err)
@@ -91,6 +92,9 @@ func (m *Main) ParseFlags(args []string) error {
 	if err := m.Config.parse("feedd "+m.Command, args[1:], m.Stderr); err != nil {
 		return err
 	}
+	if m.Command == "serve" && !m.Config.API && !m.Config.Workers {
+		return errors.New("serve: nothing to run with --api=false and --workers=false")
+	}
 	m.Log = newLogger(m.Stderr, m.Config.LogFormat, m.Config.LogLevel)
 	return nil
 }
@@ -109,6 +113,9 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 
 // Run runs migrate to completion, or starts serve and returns once it listens.
 func (m *Main) Run(ctx context.Context) error {
+	if m.Log == nil {
+		m.Log = newLogger(m.Stderr, m.Config.LogFormat, m.Config.LogLevel)
+	}
 	m.Log.Info("feedd: starting", append([]any{"command", m.Command}, m.Config.settings()...)...)
 	shardMap := store.SingleShardMap(m.Config.MySQLDSN)
 	if m.Config.Sharding != "" {
@@ -149,6 +156,7 @@ func (m *Main) serve() error {
 			defer close(m.workDone)
 			svc.RunWorkers(ctx, m.Config.SoftStop)
 		}()
+		m.Log.Info("feedd: workers started", "shards", len(m.store.Shards()), "fanout_workers_per_shard", m.Config.Service.Workers)
 	}
 	if !m.Config.API {
 		return nil

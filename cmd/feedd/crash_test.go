@@ -1,0 +1,554 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storetest"
+)
+
+// The crash tests run the real binary as a subprocess and SIGKILL it at
+// random instants while it works. `make crash` sets FEED_CRASH_FULL=1 for
+// the sizes of the issue; FEED_CRASH_SEED replays the kill times of a run.
+
+// build is the feedd binary, built once per test binary.
+var build struct {
+	once sync.Once
+	dir  string
+	path string
+	out  []byte
+	err  error
+}
+
+// feeddBinary builds ./cmd/feedd into a temporary directory (once).
+func feeddBinary(t *testing.T) string {
+	t.Helper()
+	build.once.Do(func() {
+		var root string
+		if root, build.err = moduleRoot(); build.err != nil {
+			return
+		}
+		if build.dir, build.err = os.MkdirTemp("", "feedd-crash-"); build.err != nil {
+			return
+		}
+		build.path = filepath.Join(build.dir, "feedd")
+		cmd := exec.Command(goTool(), "build", "-o", build.path, "./cmd/feedd")
+		cmd.Dir = root
+		build.out, build.err = cmd.CombinedOutput()
+	})
+	if build.err != nil {
+		t.Fatalf("build feedd: %v\n%s", build.err, build.out)
+	}
+	return build.path
+}
+
+// removeBuild deletes the built binary (TestMain calls it).
+func removeBuild() {
+	if build.dir != "" {
+		os.RemoveAll(build.dir)
+	}
+}
+
+// moduleRoot walks up from the working directory (the package's, under go
+// test) to the directory holding go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// goTool is the go command: the one on PATH, else the toolchain's own.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// childEnv is the environment of feedd subprocesses: the test's without any
+// FEED_ setting, so only the flags configure them.
+func childEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "FEED_") })
+}
+
+// proc is a feedd subprocess.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error // of Wait, once done is closed
+}
+
+// startFeedd starts the binary; when the test ends the process is killed if
+// it still runs, and its output goes to the test log if the test failed.
+func startFeedd(t *testing.T, bin, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = childEnv()
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("%s (%v) output:\n%s", p.name, p.err, tail(p.out.String(), 8<<10))
+		}
+	})
+	return p
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill sends SIGKILL (if it still runs) and reaps the process.
+func (p *proc) kill() {
+	if !p.exited() {
+		_ = p.cmd.Process.Kill()
+	}
+	<-p.done
+}
+
+// stop sends SIGTERM and expects a clean exit within timeout. It waits for
+// the workers to start first: before main installs its signal handler,
+// SIGTERM kills a Go program outright.
+func (p *proc) stop(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	p.waitStarted(t)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("signal %s: %v", p.name, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s did not stop within %s of SIGTERM", p.name, timeout)
+	}
+	if p.err != nil {
+		t.Fatalf("%s exited with %v after SIGTERM", p.name, p.err)
+	}
+}
+
+// runFeedd runs the binary to completion (e.g. migrate).
+func runFeedd(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = childEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("feedd %s: %v\n%s", args[0], err, out)
+	}
+}
+
+// crashSeed returns the seed of the kill times, from FEED_CRASH_SEED or the clock.
+func crashSeed(t *testing.T) uint64 {
+	t.Helper()
+	if s := os.Getenv("FEED_CRASH_SEED"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("FEED_CRASH_SEED: %v", err)
+		}
+		return n
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+func skipShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test: builds and kills the real binary; not in -short mode")
+	}
+}
+
+func crashFull() bool { return os.Getenv("FEED_CRASH_FULL") == "1" }
+
+// killPoint picks the next kill: a random instant 50–700 ms after the
+// start, or earlier once progress reaches a random target between done and
+// total, so that on a fast server kills still land inside the work.
+func killPoint(rng *rand.Rand, done, total int64) (time.Duration, int64) {
+	delay := 50*time.Millisecond + time.Duration(rng.Int64N(int64(650*time.Millisecond)))
+	target := total
+	if total-done > 1 {
+		target = done + 1 + rng.Int64N(total-done-1)
+	}
+	return delay, target
+}
+
+// workersStarted is the log line of a feedd whose workers run.
+const workersStarted = "feedd: workers started"
+
+// waitStarted waits until the process logs that its workers run: on a busy
+// machine starting can take longer than the kill delays.
+func (p *proc) waitStarted(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(p.out.String(), workersStarted) {
+		if p.exited() {
+			t.Fatalf("%s exited by itself: %v", p.name, p.err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not start its workers within a minute", p.name)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitKillPoint waits, once the process runs its workers, until delay has
+// passed or progress reports target, whichever comes first; it reports the
+// time waited.
+func waitKillPoint(t *testing.T, p *proc, delay time.Duration, target int64, progress func() int64) time.Duration {
+	t.Helper()
+	p.waitStarted(t)
+	start := time.Now()
+	for time.Since(start) < delay && progress() < target {
+		if p.exited() {
+			t.Fatalf("%s exited by itself: %v", p.name, p.err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if p.exited() {
+		t.Fatalf("%s exited by itself: %v", p.name, p.err)
+	}
+	return time.Since(start)
+}
+
+// fanoutSnapshot is the fan-out state of one post, read in one consistent
+// snapshot: the delivered count and the inbox rows holding the post.
+type fanoutSnapshot struct {
+	State     int   // deliveries.state: 0 pending, 1 running, 2 done
+	Delivered int64 // followers processed so far
+	Rows      int64 // inbox rows of the post, the author's own included
+}
+
+func snapshotFanout(t *testing.T, db *sql.DB, contentID uint64) fanoutSnapshot {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	var s fanoutSnapshot
+	var doneDelivered int64
+	if err := tx.QueryRow(`SELECT state, delivered FROM deliveries WHERE content_id = ?`, contentID).Scan(&s.State, &doneDelivered); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(`SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?`, contentID).Scan(&s.Delivered); err != nil {
+		t.Fatal(err)
+	}
+	if s.State == 2 {
+		s.Delivered = doneDelivered
+	}
+	if err := tx.QueryRow(`SELECT COUNT(*) FROM inbox WHERE content_id = ?`, contentID).Scan(&s.Rows); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestCrashFanout SIGKILLs the worker process at random points of one
+// post's fan-out to F followers, K times, then lets a last process finish.
+// With one shard every batch is one transaction, so at every kill the inbox
+// rows equal the delivered count, and at the end each follower has the
+// post exactly once.
+func TestCrashFanout(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	followers, kills, batch := 3000, 5, 50
+	if crashFull() {
+		followers, kills, batch = 20_000, 20, 200
+	}
+	seed := crashSeed(t)
+	t.Logf("followers=%d kills=%d batch=%d seed=%d (FEED_CRASH_SEED=%d replays the kill times)", followers, kills, batch, seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	ctx := context.Background()
+
+	bin := feeddBinary(t)
+	dsn := storetest.DatabaseDSN(t)
+	runFeedd(t, bin, "migrate", "--mysql-dsn", dsn)
+	st := openStore(t, store.SingleShardMap(dsn))
+	raw, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+
+	const author = 42
+	users := make([]uint64, followers)
+	for i := range users {
+		users[i] = 1_000_000 + uint64(i)*7919 // spread over the hash space
+	}
+	now := time.Now().UnixMilli()
+	if err := st.ImportFollowers(ctx, author, users, now-1000, false); err != nil {
+		t.Fatal(err)
+	}
+	post := feed.Post{ContentID: 9_000_001, AuthorID: author, PublishTime: now, Kind: feed.KindPost}
+	if _, created, err := st.PublishPost(ctx, post, now); err != nil || !created {
+		t.Fatalf("publish: created=%v err=%v", created, err)
+	}
+
+	args := []string{"serve", "--mysql-dsn", dsn, "--api=false", "--workers=true",
+		"--lease=1s", "--poll-interval=20ms", "--batch-size=" + strconv.Itoa(batch), "--task-size=1000",
+		"--worker-concurrency=4", "--push-threshold=" + strconv.Itoa(10*followers), "--soft-stop=5s"}
+	start := time.Now()
+	// At least K kills; more (up to 4K) until one lands mid-fan-out, since
+	// on a loaded machine a window can pass without a committed batch.
+	midway, last, k := 0, int64(0), 0
+	for ; k < kills || (midway == 0 && last < int64(followers) && k < 4*kills); k++ {
+		delay, target := killPoint(rng, last, int64(followers))
+		p := startFeedd(t, bin, fmt.Sprintf("feedd #%d", k), args...)
+		waited := waitKillPoint(t, p, delay, target, func() int64 { return snapshotFanout(t, raw, post.ContentID).Delivered })
+		p.kill()
+		s := snapshotFanout(t, raw, post.ContentID)
+		t.Logf("kill %d after %s (delay %s, target %d): state %d, delivered %d/%d, inbox rows %d",
+			k, waited.Round(time.Millisecond), delay.Round(time.Millisecond), target, s.State, s.Delivered, followers, s.Rows)
+		if s.Rows != s.Delivered+1 {
+			t.Fatalf("kill %d: %d inbox rows but %d delivered (+1 own): a batch was torn", k, s.Rows, s.Delivered)
+		}
+		if s.Delivered < last {
+			t.Fatalf("kill %d: delivered went back from %d to %d", k, last, s.Delivered)
+		}
+		last = s.Delivered
+		if s.State == 1 && s.Delivered > 0 && s.Delivered < int64(followers) {
+			midway++
+		}
+	}
+	if midway == 0 {
+		t.Fatalf("no kill landed in the middle of the fan-out; lower --batch-size")
+	}
+
+	p := startFeedd(t, bin, "feedd final", args...)
+	waitIdle(t, st, 2*time.Minute)
+	p.stop(t, 10*time.Second)
+	t.Logf("%d of %d kills mid-fan-out; %d followers delivered in %s", midway, k, followers, time.Since(start).Round(time.Millisecond))
+
+	d, err := st.GetDelivery(ctx, author, post.ContentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (feed.Delivery{State: feed.DeliveryDone, Mode: feed.ModePush, Recipients: int64(followers), Delivered: int64(followers)}); d != want {
+		t.Fatalf("delivery = %+v, want %+v", d, want)
+	}
+	// Exactly the followers and the author hold the post, once each.
+	rows, err := raw.Query(`SELECT user_id, COUNT(*) FROM inbox WHERE content_id = ? GROUP BY user_id ORDER BY user_id`, post.ContentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []uint64
+	for rows.Next() {
+		var u uint64
+		var n int
+		if err := rows.Scan(&u, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			t.Errorf("user %d has the post %d times", u, n)
+		}
+		got = append(got, u)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]uint64{author}, users...)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		missing, extra := diff(want, got), diff(got, want)
+		t.Fatalf("inboxes holding the post: %d, want %d; missing %v, extra %v", len(got), len(want), head(missing), head(extra))
+	}
+	// The store's view of a sample of inboxes agrees.
+	for range 20 {
+		u := users[rng.IntN(len(users))]
+		inbox, err := st.InboxKeys(ctx, u)
+		if err != nil || len(inbox) != 1 || inbox[0] != post {
+			t.Fatalf("inbox of %d = %+v, %v; want just %+v", u, inbox, err, post)
+		}
+	}
+	var tasks int
+	if err := raw.QueryRow(`SELECT COUNT(*) FROM fanout_tasks`).Scan(&tasks); err != nil || tasks != 0 {
+		t.Fatalf("fanout_tasks left: %d, %v", tasks, err)
+	}
+}
+
+// TestCrashBackfill SIGKILLs the worker process while it applies follow
+// events and backfills 200 new followers with an author's 300 posts; at the
+// end each follower has exactly the author's newest inbox-limit posts, once.
+func TestCrashBackfill(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	const (
+		author     = 77
+		numPosts   = 300
+		numFollows = 200
+		inboxLimit = 200
+	)
+	kills := 4
+	if crashFull() {
+		kills = 10
+	}
+	seed := crashSeed(t)
+	t.Logf("kills=%d seed=%d (FEED_CRASH_SEED=%d replays the kill times)", kills, seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ctx := context.Background()
+
+	bin := feeddBinary(t)
+	dsn := storetest.DatabaseDSN(t)
+	runFeedd(t, bin, "migrate", "--mysql-dsn", dsn)
+	st := openStore(t, store.SingleShardMap(dsn))
+	raw, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+
+	start := time.Now()
+	now := start.UnixMilli()
+	posts := make([]feed.Post, numPosts) // oldest first
+	for i := range posts {
+		posts[i] = feed.Post{ContentID: 5_000_000 + uint64(i), AuthorID: author, PublishTime: now - int64(numPosts-i)*1000, Kind: feed.KindPost}
+	}
+	inParallel(t, numPosts, func(i int) error {
+		_, _, err := st.PublishPost(ctx, posts[i], now)
+		return err
+	})
+	args := []string{"serve", "--mysql-dsn", dsn, "--api=false", "--workers=true",
+		"--lease=1s", "--poll-interval=20ms", "--inbox-limit=" + strconv.Itoa(inboxLimit), "--soft-stop=5s"}
+	// Plan the posts' deliveries while nobody follows, and stop gracefully.
+	p := startFeedd(t, bin, "feedd plan", args...)
+	waitIdle(t, st, time.Minute)
+	p.stop(t, 10*time.Second)
+	t.Logf("published and planned %d posts in %s", numPosts, time.Since(start).Round(time.Millisecond))
+
+	users := make([]uint64, numFollows)
+	for i := range users {
+		users[i] = 2_000_000 + uint64(i)*104_729
+	}
+	inParallel(t, numFollows, func(i int) error {
+		_, err := st.Follow(ctx, users[i], author, 2000, now)
+		return err
+	})
+	t.Logf("followed by %d users at %s", numFollows, time.Since(start).Round(time.Millisecond))
+	applied := func() int64 {
+		var left int64
+		if err := raw.QueryRow(`SELECT COUNT(*) FROM follow_events`).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		return numFollows - left
+	}
+	midway, n, k := 0, int64(0), 0
+	for ; k < kills || (midway == 0 && n < numFollows && k < 4*kills); k++ {
+		delay, target := killPoint(rng, n, numFollows)
+		p := startFeedd(t, bin, fmt.Sprintf("feedd #%d", k), args...)
+		waited := waitKillPoint(t, p, delay, target, applied)
+		p.kill()
+		n = applied()
+		t.Logf("kill %d after %s (delay %s, target %d): %d of %d follow events applied",
+			k, waited.Round(time.Millisecond), delay.Round(time.Millisecond), target, n, numFollows)
+		if n > 0 && n < numFollows {
+			midway++
+		}
+	}
+	if midway == 0 {
+		t.Fatalf("no kill landed in the middle of the backfills")
+	}
+	p = startFeedd(t, bin, "feedd final", args...)
+	waitIdle(t, st, time.Minute)
+	p.stop(t, 10*time.Second)
+	t.Logf("%d of %d kills mid-backfill; all followers backfilled at %s", midway, k, time.Since(start).Round(time.Millisecond))
+
+	want := slices.Clone(posts[numPosts-inboxLimit:])
+	slices.Reverse(want) // newest first, as InboxKeys lists
+	for _, u := range users {
+		inbox, err := st.InboxKeys(ctx, u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(inbox, want) {
+			t.Fatalf("inbox of %d has %d entries, want the author's newest %d once each", u, len(inbox), len(want))
+		}
+	}
+	var count, rowsFollowers, pending int64
+	if err := raw.QueryRow(`SELECT follower_count FROM authors WHERE author_id = ?`, author).Scan(&count); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.QueryRow(`SELECT COUNT(*) FROM followers WHERE author_id = ?`, author).Scan(&rowsFollowers); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.QueryRow(`SELECT COUNT(*) FROM following WHERE author_id = ? AND pull <> 0`, author).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if count != numFollows || rowsFollowers != numFollows || pending != 0 {
+		t.Fatalf("follower_count %d, followers rows %d, following rows with pull bits %d; want %d, %d, 0",
+			count, rowsFollowers, pending, numFollows, numFollows)
+	}
+}
+
+// inParallel runs fn(0..n-1) on a few goroutines: setup commits are
+// fsync-bound, and concurrent ones share the server's group commit.
+func inParallel(t *testing.T, n int, fn func(i int) error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	next := make(chan int)
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				errs[i] = fn(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// diff returns the elements of a (sorted) not in b (sorted).
+func diff(a, b []uint64) []uint64 {
+	var out []uint64
+	for _, x := range a {
+		if _, found := slices.BinarySearch(b, x); !found {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func head(s []uint64) []uint64 { return s[:min(len(s), 10)] }
