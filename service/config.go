@@ -24,6 +24,11 @@ const (
 	ClockSkewDefault = time.Minute
 )
 
+// maxActiveDays bounds ActiveDays: the window is computed as a
+// time.Duration, which overflows past about 106,751 days and would turn
+// every follower inactive (or active) at random.
+const maxActiveDays = 36500
+
 // activityGranularity throttles the write a feed read makes to mark its user
 // active: a read within this time of the last recorded one writes nothing.
 const activityGranularity = 10 * time.Minute
@@ -44,7 +49,11 @@ type Config struct {
 	TaskSize int
 	// BatchSize is how many followers one sub-task transaction writes.
 	BatchSize int
-	// Workers is the number of fan-out goroutines per shard.
+	// Workers is the number of goroutines per shard for each of planning
+	// deliveries, running fan-out tasks and applying follow events. Most
+	// posts reach few followers, so planning one is as much work as
+	// running its single task: one planner per shard capped the publish
+	// rate the workers could follow.
 	Workers int
 	// Lease is how long a claim lasts before another worker may take over.
 	Lease time.Duration
@@ -81,8 +90,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("inbox limit must be >= 1, got %d", c.InboxLimit)
 	case c.PushThreshold < 0:
 		return fmt.Errorf("push threshold must be >= 0, got %d", c.PushThreshold)
-	case c.ActiveDays < 0:
-		return fmt.Errorf("active days must be >= 0, got %d", c.ActiveDays)
+	case c.ActiveDays < 0 || c.ActiveDays > maxActiveDays:
+		return fmt.Errorf("active days must be 0..%d, got %d", maxActiveDays, c.ActiveDays)
 	case c.MaxFollowing < 1:
 		return fmt.Errorf("max following must be >= 1, got %d", c.MaxFollowing)
 	case c.TaskSize < 1 || c.BatchSize < 1:

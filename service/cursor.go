@@ -31,12 +31,21 @@ func encodeCursor(kind byte, k feed.Key) string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
+// cursorEncodedLen is the length of every cursor: 18 bytes are exactly 24
+// base64 characters, with no padding and no spare bits.
+var cursorEncodedLen = base64.RawURLEncoding.EncodedLen(cursorLen)
+
 // decodeCursor parses a cursor of the given kind; "" is the start of the list.
+// Only the canonical encoding is accepted (the decoder alone would also take
+// line breaks anywhere in it), so one position has exactly one cursor.
 //
 // Returns EINVALID for anything else.
 func decodeCursor(kind byte, s string, start feed.Key) (feed.Key, error) {
 	if s == "" {
 		return start, nil
+	}
+	if len(s) != cursorEncodedLen {
+		return feed.Key{}, feed.Errorf(feed.EINVALID, "malformed cursor")
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) != cursorLen || b[0] != cursorVersion || b[1] != kind {

@@ -2,11 +2,15 @@ package service_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/feedhq/feed"
@@ -20,6 +24,10 @@ type harness struct {
 	svc   *service.Service
 	store *store.Store
 	cfg   service.Config
+	// shards is the map the store was opened from: another "process" opens
+	// its own pools on the same databases with it.
+	shards *store.ShardMap
+	now    func() time.Time
 }
 
 type harnessOpts struct {
@@ -33,7 +41,15 @@ type harnessOpts struct {
 // stop when the test ends.
 func newHarness(t testing.TB, opt harnessOpts) *harness {
 	t.Helper()
-	st := storetest.NewStore(t, storetest.Options{Shards: opt.shards})
+	shards := storetest.NewShardMap(t, storetest.Options{Shards: opt.shards})
+	st, err := store.Open(shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
 	cfg := service.DefaultConfig()
 	cfg.PollInterval = 20 * time.Millisecond
 	cfg.Lease = 2 * time.Second
@@ -55,13 +71,15 @@ func newHarness(t testing.TB, opt harnessOpts) *harness {
 		go func() { defer close(done); svc.RunWorkers(ctx, time.Second) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	return &harness{svc: svc, store: st, cfg: cfg}
+	return &harness{svc: svc, store: st, cfg: cfg, shards: shards, now: now}
 }
 
-// waitIdle waits until no work is queued on any shard.
+// waitIdle waits until no work is queued on any shard. The deadline only
+// bounds a failing test: `make test` runs packages side by side on two
+// cores, where a few hundred deliveries can take many seconds.
 func (h *harness) waitIdle(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		b, err := h.store.Backlog(context.Background())
 		if err != nil {
@@ -71,7 +89,7 @@ func (h *harness) waitIdle(t testing.TB) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("work still queued after 20s: %+v", b)
+			t.Fatalf("work still queued after 60s: %+v", b)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -113,4 +131,169 @@ func (h *harness) follow(t testing.TB, user, author uint64) {
 	if err := h.svc.Follow(context.Background(), user, author); err != nil {
 		t.Fatalf("follow %d→%d: %v", user, author, err)
 	}
+}
+
+// startProcess starts another Service on the harness's databases, with its
+// own connection pools, metrics and workers, as a second feedd process
+// would. It stops when the test ends.
+func (h *harness) startProcess(t testing.TB) (*service.Service, *prometheus.Registry) {
+	t.Helper()
+	st, err := store.Open(h.shards)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cfg := h.cfg
+	cfg.NodeID = -1
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	svc, err := service.New(st, cfg, log, service.NewMetrics(reg), h.now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := runWorkers(svc, time.Second)
+	t.Cleanup(stop)
+	return svc, reg
+}
+
+// runWorkers runs svc's workers until stop is called; stop cancels them and
+// waits until RunWorkers returned. softStop is passed to RunWorkers: zero
+// aborts batches in flight, as close to a crash as one process gets.
+func runWorkers(svc *service.Service, softStop time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); svc.RunWorkers(ctx, softStop) }()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// seedFollowers makes users follow author in bulk, writing the rows an
+// applied follow leaves at rest (the edge without pending bits, the author's
+// followers row and count), so fan-out tests get thousands of followers in
+// a few statements. The author must have no posts yet (nothing to backfill)
+// and stay below the push threshold.
+func (h *harness) seedFollowers(t testing.TB, author uint64, users []uint64) {
+	t.Helper()
+	ctx := context.Background()
+	const chunk = 1000
+	now := h.now().UnixMilli()
+	insert := func(db *sqlx.DB, head string, rows [][]any) {
+		t.Helper()
+		for start := 0; start < len(rows); start += chunk {
+			part := rows[start:min(start+chunk, len(rows))]
+			tuple := "(" + strings.TrimSuffix(strings.Repeat("?,", len(part[0])), ",") + ")"
+			q := head + " VALUES " + strings.TrimSuffix(strings.Repeat(tuple+",", len(part)), ",")
+			var args []any
+			for _, r := range part {
+				args = append(args, r...)
+			}
+			if _, err := db.ExecContext(ctx, q, args...); err != nil {
+				t.Fatalf("seed followers: %v", err)
+			}
+		}
+	}
+	byShard := map[*store.Shard][][]any{}
+	states := map[*store.Shard][][]any{}
+	for _, u := range users {
+		sh := h.store.ShardOf(u)
+		byShard[sh] = append(byShard[sh], []any{u, author, now})
+		states[sh] = append(states[sh], []any{u})
+	}
+	for sh, rows := range byShard {
+		insert(sh.DB, "INSERT INTO following (user_id, author_id, followed_at)", rows)
+		insert(sh.DB, "INSERT IGNORE INTO user_state (user_id)", states[sh])
+	}
+	home := h.store.ShardOf(author).DB
+	rows := make([][]any, len(users))
+	for i, u := range users {
+		rows[i] = []any{author, u, now}
+	}
+	insert(home, "INSERT INTO followers (author_id, user_id, followed_at)", rows)
+	if _, err := home.ExecContext(ctx, `INSERT INTO authors (author_id, follower_count) VALUES (?, ?)
+ON DUPLICATE KEY UPDATE follower_count = follower_count + VALUES(follower_count)`, author, len(users)); err != nil {
+		t.Fatalf("seed followers: %v", err)
+	}
+}
+
+// inbox returns the user's inbox rows, newest first.
+func (h *harness) inbox(t testing.TB, user uint64) []feed.Post {
+	t.Helper()
+	rows, err := h.store.InboxKeys(context.Background(), user)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// delivery returns the fan-out status of a post.
+func (h *harness) delivery(t testing.TB, author, id uint64) feed.Delivery {
+	t.Helper()
+	d, err := h.svc.Delivery(context.Background(), author, id)
+	if err != nil {
+		t.Fatalf("delivery of %d by %d: %v", id, author, err)
+	}
+	return d
+}
+
+// checkDelivered checks that each user's inbox holds the post exactly once,
+// reading the inboxes with a few connections at a time.
+func (h *harness) checkDelivered(t testing.TB, users []uint64, contentID uint64) {
+	t.Helper()
+	var (
+		mu     sync.Mutex
+		failed []string
+		wg     sync.WaitGroup
+		next   = make(chan uint64)
+	)
+	for range 8 {
+		wg.Go(func() {
+			for u := range next {
+				rows, err := h.store.InboxKeys(context.Background(), u)
+				n := 0
+				for _, p := range rows {
+					if p.ContentID == contentID {
+						n++
+					}
+				}
+				if err != nil || n != 1 {
+					mu.Lock()
+					failed = append(failed, fmt.Sprintf("user %d: %d entries of post %d (err %v)", u, n, contentID, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, u := range users {
+		next <- u
+	}
+	close(next)
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d inboxes wrong, first: %s", len(failed), len(users), failed[0])
+	}
+}
+
+// recipients returns the users whose inbox holds the post, with the number of
+// entries each, scanning every shard's inbox once: for fan-outs too large to
+// read inbox by inbox.
+func (h *harness) recipients(t testing.TB, contentID uint64) map[uint64]int {
+	t.Helper()
+	out := map[uint64]int{}
+	for _, sh := range h.store.Shards() {
+		var rows []struct {
+			User uint64 `db:"user_id"`
+			N    int    `db:"n"`
+		}
+		if err := sqlx.SelectContext(context.Background(), sh.DB, &rows,
+			`SELECT user_id, COUNT(*) AS n FROM inbox WHERE content_id = ? GROUP BY user_id`, contentID); err != nil {
+			t.Fatalf("recipients of %d: %v", contentID, err)
+		}
+		for _, r := range rows {
+			if h.store.ShardOf(r.User) != sh {
+				t.Errorf("user %d's inbox entry of %d is on shard %s, not its own", r.User, contentID, sh.Name)
+			}
+			out[r.User] += r.N
+		}
+	}
+	return out
 }

@@ -36,23 +36,23 @@ func newIDGen(node int, now func() time.Time) *idGen {
 	return &idGen{node: uint64(node), now: now}
 }
 
-// next returns a new id. Within one millisecond (or while the clock is
-// behind the last id) it counts the sequence up, and when that runs out it
-// waits for the clock, so ids never repeat and never go back.
+// next returns a new id. Within one millisecond, or while the clock is
+// behind the last id (it was stepped back), it counts the sequence up; when
+// the sequence runs out it moves on to the next millisecond, ahead of the
+// clock, rather than waiting for the clock under the lock: a clock stepped
+// back by a minute would otherwise stall every publish of the process for a
+// minute. So ids never repeat and never go back, and run ahead of the clock
+// only while more than 1024 ids a millisecond are drawn.
 func (g *idGen) next() uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for {
-		ms := g.now().UnixMilli() - idEpoch
-		switch {
-		case ms > g.ms:
-			g.ms, g.seq = ms, 0
-		case g.seq < maxSeq:
-			g.seq++
-		default:
-			time.Sleep(100 * time.Microsecond)
-			continue
-		}
-		return uint64(g.ms)<<(nodeBits+seqBits) | g.node<<seqBits | g.seq
+	switch ms := g.now().UnixMilli() - idEpoch; {
+	case ms > g.ms:
+		g.ms, g.seq = ms, 0
+	case g.seq < maxSeq:
+		g.seq++
+	default:
+		g.ms, g.seq = g.ms+1, 0
 	}
+	return uint64(g.ms)<<(nodeBits+seqBits) | g.node<<seqBits | g.seq
 }

@@ -28,8 +28,11 @@ import (
 // first limit items of the merge are the page. The read also marks the user
 // active.
 //
-// Returns EINVALID for a malformed cursor.
+// Returns EINVALID for a malformed cursor or a limit below 1.
 func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]feed.Post, string, error) {
+	if page.Limit < 1 {
+		return nil, "", feed.Errorf(feed.EINVALID, "limit must be at least 1")
+	}
 	before, err := decodeCursor(cursorFeed, page.Cursor, store.Top)
 	if err != nil {
 		return nil, "", err
@@ -44,7 +47,12 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]fe
 	for _, pa := range snap.Pull {
 		bound := before
 		if pa.Pull&store.PullPending == 0 {
-			bound = olderOf(before, feed.Key{PublishTime: activeSince})
+			// Posts published after active_since were pushed; those at
+			// active_since and older are merged. The bound is exclusive,
+			// so it sits just above active_since: a post published at the
+			// very edge of the clock-skew allowance, at now + skew, is
+			// exactly at a new spell's start and was pushed to nobody.
+			bound = olderOf(before, feed.Key{PublishTime: activeSince + 1})
 		}
 		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound})
 	}

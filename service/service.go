@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"regexp"
 	"time"
@@ -27,7 +28,31 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkPools(st, cfg.Workers); err != nil {
+		return nil, err
+	}
 	return &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup()}, nil
+}
+
+// checkPools rejects more fan-out workers per shard than a shard's pool
+// has connections. A fan-out batch holds a connection of its author's shard
+// while it takes one of each other shard it writes to, so with every
+// connection of two shards held by batches waiting for the other's, all
+// workers (and every request on those shards) would wait forever. With
+// fewer workers than connections a batch waiting for a connection never
+// holds the last one. One shard needs no second connection.
+func checkPools(st *store.Store, workers int) error {
+	shards := st.Shards()
+	if len(shards) < 2 {
+		return nil
+	}
+	for _, sh := range shards {
+		if n := sh.DB.Stats().MaxOpenConnections; n > 0 && workers >= n {
+			return fmt.Errorf("workers (%d) must be fewer than the connections of database %s (max_open_conns %d)",
+				workers, sh.Name, n)
+		}
+	}
+	return nil
 }
 
 // Config returns the service's settings.
@@ -82,10 +107,14 @@ func (s *Service) Publish(ctx context.Context, in PublishInput) (feed.Post, bool
 		return stored, false, nil
 	}
 	// A server-assigned id that collides (two nodes drew the same node id)
-	// is drawn again.
+	// is drawn again, whether it collided with a live post or a deleted
+	// one: the client chose neither.
 	for range 3 {
 		p.ContentID = s.ids.next()
 		stored, created, err := s.store.PublishPost(ctx, p, now.UnixMilli())
+		if feed.ErrorCode(err) == feed.ECONFLICT {
+			continue
+		}
 		if err != nil || created {
 			return s.published(stored, created, err)
 		}

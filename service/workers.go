@@ -17,6 +17,17 @@ import (
 // and is redone by the next claimant).
 const SoftStopTimeoutDefault = 10 * time.Second
 
+// releaseTimeout bounds giving claims back after a failed or cancelled step.
+const releaseTimeout = 2 * time.Second
+
+// releaseCtx returns the context to give claims back with once a step
+// failed: not cancelled with work, so a batch cut off by the end of the soft
+// stop still hands its row to the next claimant at once instead of leaving
+// it to wait out the lease (the next process may be starting right now).
+func releaseCtx(work context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(work), releaseTimeout)
+}
+
 // wakeup wakes every idle worker of this process at once: closing a channel
 // is a broadcast, and a fresh one is made for the next round.
 type wakeup struct {
@@ -58,11 +69,11 @@ func (s *Service) RunWorkers(ctx context.Context, softStop time.Duration) {
 		wg.Go(func() { s.loop(ctx, work, name, step) })
 	}
 	for _, sh := range s.store.Shards() {
-		run("plan", func(ctx, work context.Context) (int, error) { return s.planDeliveries(work, sh) })
 		for range s.cfg.Workers {
+			run("plan", func(ctx, work context.Context) (int, error) { return s.planDeliveries(work, sh) })
 			run("fanout", func(ctx, work context.Context) (int, error) { return s.runTasks(ctx, work, sh) })
+			run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh) })
 		}
-		run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh) })
 		run("switch", func(ctx, work context.Context) (int, error) { return s.runSwitches(ctx, work, sh) })
 	}
 	wg.Wait()
@@ -119,15 +130,21 @@ func (s *Service) planDeliveries(work context.Context, sh *store.Shard) (int, er
 		if errors.Is(err, store.ErrLostClaim) {
 			continue
 		} else if err != nil {
+			rctx, cancel := releaseCtx(work)
 			for _, j := range jobs[i:] {
-				_ = s.store.ReleaseDelivery(work, j)
+				_ = s.store.ReleaseDelivery(rctx, j)
 			}
+			cancel()
 			return i, err
 		}
 		s.metrics.deliveries.WithLabelValues(modeName(res.Mode)).Inc()
 		if res.Tasks > 0 {
 			s.wake.notify()
 		}
+		// Publish put the post into the author's own inbox, which no push
+		// samples: an author who publishes more than they read would grow
+		// it without bound. Planning samples it as a push would.
+		s.sampleTrims(work, []uint64{job.AuthorID})
 	}
 	return len(jobs), nil
 }
@@ -158,7 +175,9 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 	}
 	for {
 		if ctx.Err() != nil {
-			return 1, s.store.ReleaseTask(work, t)
+			rctx, cancel := releaseCtx(work)
+			defer cancel()
+			return 1, s.store.ReleaseTask(rctx, t)
 		}
 		start := time.Now()
 		_, until := s.lease()
@@ -170,6 +189,11 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 		if errors.Is(err, store.ErrLostClaim) {
 			return 1, s.store.ReleaseTask(work, t)
 		} else if err != nil {
+			// The batch rolled back (its other-shard writes may have
+			// committed; a replay repeats them harmlessly).
+			rctx, cancel := releaseCtx(work)
+			_ = s.store.ReleaseTask(rctx, t)
+			cancel()
 			return 1, err
 		}
 		s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
@@ -218,9 +242,11 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) 
 			err = s.applyFollowEvent(work, ev)
 		}
 		if err != nil {
+			rctx, cancel := releaseCtx(work)
 			for _, e := range evs[i:] {
-				_ = s.store.ReleaseFollowEvent(work, e)
+				_ = s.store.ReleaseFollowEvent(rctx, e)
 			}
+			cancel()
 			if ctx.Err() != nil {
 				return i, nil
 			}

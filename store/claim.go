@@ -21,10 +21,21 @@ type claimTable struct {
 	ready string // constant predicate of rows that have work
 }
 
-// tuples returns "(?,?),(?,?)…": rows row constructors of n placeholders.
-func tuples(n, rows int) string {
-	t := "(" + strings.TrimSuffix(strings.Repeat("?,", n), ",") + ")"
-	return strings.TrimSuffix(strings.Repeat(t+",", rows), ",")
+// keyIn returns "((k1 = ? AND k2 = ?) OR (…))" matching rows keys, written
+// long-hand: MariaDB does not range-scan a one-element row constructor IN
+// ("(a, b) IN ((?, ?))"), and in an UPDATE that scan locks every row.
+func keyIn(key []string, rows int) string {
+	one := "(" + strings.Join(key, " = ? AND ") + " = ?)"
+	return "(" + strings.TrimSuffix(strings.Repeat(one+" OR ", rows), " OR ") + ")"
+}
+
+// claimUpdateSQL takes rows candidates by primary key. FORCE INDEX keeps the
+// optimizer off the claim index: a range of it is every ready row, and the
+// UPDATE would lock them all, serialising claimers and deadlocking them with
+// workers finishing or releasing their rows.
+func claimUpdateSQL(t claimTable, rows int) string {
+	return "UPDATE " + t.table + " FORCE INDEX (PRIMARY) SET claim_token = ?, claimed_until = ?, attempts = attempts + 1 WHERE " +
+		t.ready + " AND claimed_until < ? AND " + keyIn(t.key, rows)
 }
 
 // claim leases up to limit ready rows whose lease ended before now to token
@@ -43,14 +54,11 @@ func claim[T any](ctx context.Context, db *sqlx.DB, t claimTable, now, leaseUnti
 		if len(cand) == 0 {
 			return nil
 		}
-		keyList := "(" + strings.Join(t.key, ",") + ")"
 		args := []any{token, leaseUntil, now}
 		for i := range cand {
 			args = append(args, keyOf(&cand[i])...)
 		}
-		upd := "UPDATE " + t.table + " SET claim_token = ?, claimed_until = ?, attempts = attempts + 1 WHERE " +
-			t.ready + " AND claimed_until < ? AND " + keyList + " IN (" + tuples(len(t.key), len(cand)) + ")"
-		res, err := tx.ExecContext(ctx, upd, args...)
+		res, err := tx.ExecContext(ctx, claimUpdateSQL(t, len(cand)), args...)
 		if err != nil {
 			return err
 		}
@@ -62,8 +70,7 @@ func claim[T any](ctx context.Context, db *sqlx.DB, t claimTable, now, leaseUnti
 		}
 		// Another worker took some rows (possible where SKIP LOCKED is a
 		// no-op): keep only those carrying our token.
-		sel := "SELECT " + t.cols + " FROM " + t.table + " WHERE claim_token = ? AND " +
-			keyList + " IN (" + tuples(len(t.key), len(cand)) + ")"
+		sel := "SELECT " + t.cols + " FROM " + t.table + " WHERE claim_token = ? AND " + keyIn(t.key, len(cand))
 		return sqlx.SelectContext(ctx, tx, &got, sel, append([]any{token}, args[3:]...)...)
 	})
 	return got, wrap("claim "+t.table, err)

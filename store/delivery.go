@@ -225,12 +225,23 @@ WHERE f.user_id IN (?) AND f.author_id = ? AND u.last_read_at >= ?`
 
 const retractSQL = `DELETE FROM inbox WHERE user_id IN (?) AND publish_time = ? AND content_id = ?`
 
+// lockClaimedTaskSQL holds the task row for the batch if the caller still
+// owns it in the same mode.
+const lockClaimedTaskSQL = `SELECT seq FROM fanout_tasks
+WHERE content_id = ? AND seq = ? AND claim_token = ? AND retract = ? AND done = 0 FOR UPDATE`
+
 const advanceTaskSQL = `UPDATE fanout_tasks SET last_user = ?, delivered = delivered + ?, done = ?, claimed_until = ?
 WHERE content_id = ? AND seq = ? AND claim_token = ? AND retract = ? AND done = 0`
 
 const lockDeliveryRowSQL = `SELECT state FROM deliveries WHERE content_id = ? FOR UPDATE`
 
-const tasksLeftSQL = `SELECT COUNT(*) FROM fanout_tasks WHERE content_id = ? AND done = 0`
+// tasksLeftSQL is a locking read. A plain SELECT would read the batch's
+// snapshot, taken before it waited for the delivery lock, and miss a sibling
+// task finished meanwhile: with both last batches seeing the other undone,
+// the delivery stayed running forever. Locking the rows exclusively (not
+// shared) also spares the DELETE that drops them a lock upgrade, which
+// deadlocked with ReleaseTask.
+const tasksLeftSQL = `SELECT COUNT(*) FROM fanout_tasks WHERE content_id = ? AND done = 0 FOR UPDATE`
 
 const completeDeliverySQL = `UPDATE deliveries SET state = 2, delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?)
 WHERE content_id = ?`
@@ -260,6 +271,12 @@ type BatchResult struct {
 // idempotent, so a replay after a crash writes nothing twice. The batch that
 // finishes the last task completes the delivery and drops its tasks.
 //
+// Before writing any inbox the batch locks the task row and checks the
+// claim: other shards' writes commit before the home transaction, so a
+// stale claimant must stop before them, not at the progress update. The
+// lock also holds a concurrent DeletePost until the batch commits, so the
+// retraction it starts sweeps after these writes.
+//
 // Returns ErrLostClaim if the lease ended or the post was deleted meanwhile.
 func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (BatchResult, error) {
 	var res BatchResult
@@ -267,6 +284,21 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 	err := inTx(ctx, home.DB, func(tx *sqlx.Tx) error {
 		res = BatchResult{}
 		if err := sqlx.SelectContext(ctx, tx, &res.Users, followersPageSQL, t.AuthorID, t.LastUser, t.Hi, opt.Size); err != nil {
+			return err
+		}
+		res.TaskDone = len(res.Users) < opt.Size
+		if res.TaskDone {
+			// Lock the delivery before the task row, the order DeletePost uses.
+			var state int
+			if err := tx.GetContext(ctx, &state, lockDeliveryRowSQL, t.ContentID); err != nil {
+				return err
+			}
+		}
+		var seq int
+		err := tx.GetContext(ctx, &seq, lockClaimedTaskSQL, t.ContentID, t.Seq, t.Token, t.Retract)
+		if errors.Is(err, sql.ErrNoRows) {
+			return ErrLostClaim
+		} else if err != nil {
 			return err
 		}
 		for sh, users := range s.groupByShard(res.Users) {
@@ -285,17 +317,9 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 			}
 			res.Written += n
 		}
-		res.TaskDone = len(res.Users) < opt.Size
 		mark := t.LastUser
 		if len(res.Users) > 0 {
 			mark = res.Users[len(res.Users)-1]
-		}
-		if res.TaskDone {
-			// Lock the delivery before the task row, the order DeletePost uses.
-			var state int
-			if err := tx.GetContext(ctx, &state, lockDeliveryRowSQL, t.ContentID); err != nil {
-				return err
-			}
 		}
 		r, err := tx.ExecContext(ctx, advanceTaskSQL, mark, len(res.Users), res.TaskDone, opt.LeaseUntil,
 			t.ContentID, t.Seq, t.Token, t.Retract)

@@ -27,7 +27,11 @@ const (
 	AuthorPull      = 2
 )
 
-const ensureUserStateSQL = `INSERT IGNORE INTO user_state (user_id) VALUES (?)`
+// ensureUserStateSQL creates the user's state row if missing and, either
+// way, leaves it locked exclusively. INSERT IGNORE would leave a shared lock
+// on an existing row, and two transactions upgrading theirs with the FOR
+// UPDATE that follows deadlock: concurrent follows of one user failed so.
+const ensureUserStateSQL = `INSERT INTO user_state (user_id) VALUES (?) ON DUPLICATE KEY UPDATE user_id = user_id`
 
 const lockUserStateSQL = `SELECT user_id FROM user_state WHERE user_id = ? FOR UPDATE`
 

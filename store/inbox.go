@@ -214,7 +214,10 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 			k := posts[len(posts)-1].Key()
 			floor = &k
 		}
-		if err := raiseFloor(ctx, tx, userID, floor); err != nil {
+		// Take the floor lock first, as trims do, but raise the floor only
+		// for a live follow: with the edge gone nothing is copied and the
+		// inbox stays as complete as it was.
+		if err := raiseFloor(ctx, tx, userID, nil); err != nil {
 			return err
 		}
 		var pull int
@@ -225,6 +228,11 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 			return err
 		}
 		res.Followed = true
+		if floor != nil {
+			if err := raiseFloor(ctx, tx, userID, floor); err != nil {
+				return err
+			}
+		}
 		if len(posts) > 0 {
 			args := make([]any, 0, 5*len(posts))
 			for _, p := range posts {

@@ -78,8 +78,12 @@ const replanRetractSQL = `UPDATE deliveries SET retract = 1, state = 0, claim_to
 const markRetractSQL = `UPDATE deliveries SET retract = 1 WHERE content_id = ?`
 
 // Running tasks restart their whole range as removals; a worker still
-// pushing fails its guarded progress update and stops.
-const retractTasksSQL = `UPDATE fanout_tasks SET retract = 1, done = 0, last_user = lo, delivered = 0 WHERE content_id = ?`
+// pushing fails the claim check of its next batch and stops. Finished tasks keep
+// the lease of their last batch but have no worker any more: release them
+// so their removals start at once, not when that lease runs out. (The IFs
+// read done before it is cleared: SET applies left to right.)
+const retractTasksSQL = `UPDATE fanout_tasks SET claim_token = IF(done = 1, 0, claim_token), claimed_until = IF(done = 1, 0, claimed_until),
+ retract = 1, done = 0, last_user = lo, delivered = 0 WHERE content_id = ?`
 
 // DeletePost marks the post deleted, removes it from the author's own inbox
 // and turns its delivery into a retraction that removes it from followers'

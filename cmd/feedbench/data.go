@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+)
+
+// Id layout. All ids live on one shard; user ids are spread so that the
+// users of one fan-out batch are far apart in the inbox's clustered key and
+// every row is a random insert into a full inbox, as in production.
+const (
+	userBase  = 1_000_000 // loaded user i is userBase + i*userStep
+	userStep  = 16
+	extraBase = userBase + userStep/2 // phase B's big audiences: extraBase + k*userStep
+
+	fanoutAuthorBase  = 10      // phase A authors
+	pullAuthorBase    = 100     // phase C pull authors
+	latencyAuthorBase = 500     // phase B authors
+	inboxAuthorBase   = 200_000 // authors of the synthetic loaded rows
+
+	// Content ids of synthetic rows, far above the server's ids (41 bits of
+	// milliseconds shifted by 23 stay below 2^60 until the 2060s).
+	loadedContentBase  = 1 << 62
+	ceilingContentBase = 1<<62 + 1<<61
+
+	// inboxAuthors is how many synthetic authors the loaded rows come from.
+	inboxAuthors = 100
+	// loadSpan is the time the loaded rows (and the pull authors' posts)
+	// spread over, ending an hour before the run.
+	loadSpan = 30 * 24 * time.Hour
+)
+
+// dataset is what load built.
+type dataset struct {
+	users  []uint64 // loaded users, ascending
+	t0, t1 int64    // loaded rows' publish_time range (ms)
+}
+
+func loadedUser(i int) uint64 { return userBase + uint64(i)*userStep }
+
+func extraUser(k int) uint64 { return extraBase + uint64(k)*userStep }
+
+// load fills opt.Users inboxes with opt.InboxRows rows each, in publish-time
+// order (slot by slot over all users), the order fan-out writes them in: the
+// table gets the fill factor of a live inbox, not of a sorted bulk load.
+func (b *bench) load(ctx context.Context) error {
+	start := time.Now()
+	n := b.opt.Users
+	d := dataset{users: make([]uint64, n)}
+	for i := range n {
+		d.users[i] = loadedUser(i)
+	}
+	d.t1 = start.Add(-time.Hour).UnixMilli()
+	d.t0 = d.t1 - loadSpan.Milliseconds()
+	slot := (d.t1 - d.t0) / int64(b.opt.InboxRows)
+	b.data = d
+	b.log.Info("feedbench: loading inboxes", "users", n, "rows_per_user", b.opt.InboxRows, "rows", n*b.opt.InboxRows)
+
+	batches := make(chan []store.InboxRow, 4)
+	gctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var g group
+	g.Go(func() error {
+		defer close(batches)
+		for r := range b.opt.InboxRows {
+			for lo := 0; lo < n; lo += 1000 {
+				rows := make([]store.InboxRow, 0, 1000)
+				for i := lo; i < min(lo+1000, n); i++ {
+					// Slot r holds inboxAuthors posts; user i gets one of them.
+					a := (i + 7*r) % inboxAuthors
+					rows = append(rows, store.InboxRow{UserID: d.users[i], Post: feed.Post{
+						ContentID:   loadedContentBase + uint64(r)*inboxAuthors + uint64(a),
+						AuthorID:    inboxAuthorBase + uint64(a),
+						PublishTime: d.t0 + int64(r)*slot + int64(a)*slot/inboxAuthors,
+						Kind:        feed.KindPost,
+					}})
+				}
+				select {
+				case batches <- rows:
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+			}
+			if step := max(1, b.opt.InboxRows/5); (r+1)%step == 0 {
+				b.log.Info("feedbench: loading inboxes", "slots_done", r+1, "of", b.opt.InboxRows)
+			}
+		}
+		return nil
+	})
+	var mu sync.Mutex
+	var loaded int64
+	// Two loaders: one per core of the reference machine.
+	for range 2 {
+		g.Go(func() error {
+			for rows := range batches {
+				k, err := b.sh.InsertInboxRows(gctx, rows)
+				if err != nil {
+					cancel()
+					return err
+				}
+				mu.Lock()
+				loaded += k
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	el := time.Since(start)
+	b.rep.Load = loadResult{Rows: loaded, Elapsed: el}
+	b.log.Info("feedbench: loaded inboxes", "rows", loaded, "seconds", el.Seconds(), "rows_per_second", int(float64(loaded)/el.Seconds()))
+	return nil
+}
+
+// footprint measures phase D: disk bytes per inbox row.
+func (b *bench) footprint(ctx context.Context, when string, optimize bool) (footprintResult, error) {
+	start := time.Now()
+	f, err := b.sh.InboxFootprint(ctx, optimize)
+	if err != nil {
+		return footprintResult{}, err
+	}
+	b.log.Info("feedbench: D inbox footprint", "when", when, "rows", f.Rows, "data_bytes", f.DataBytes,
+		"index_bytes", f.IndexBytes, "bytes_per_row", f.BytesPerRow(), "seconds", time.Since(start).Seconds())
+	return footprintResult{When: when, TableFootprint: f}, nil
+}
+
+// sample returns k distinct items of from, ascending.
+func (b *bench) sample(from []uint64, k int) []uint64 {
+	out := make([]uint64, 0, k)
+	for _, i := range b.rng.Perm(len(from))[:k] {
+		out = append(out, from[i])
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store"
+)
+
+// fanout runs phase A: opt.FanoutAuthors authors, each followed by
+// opt.FanoutFollowers loaded users drawn at random, publish one post per
+// round; the real workers fan them out. The ceiling writes the same number
+// of rows of the same shape into the same inboxes, in statements of the
+// batch size, on as many connections as there are workers. Rounds reverse
+// the order of the writers, so none always meets the biggest table. With
+// diagnostics, a second service whose inbox limit is too large for
+// retention ever to trim runs the same posts, to price the trims.
+func (b *bench) fanout(ctx context.Context) error {
+	o := b.opt
+	followedAt := time.Now().Add(-loadSpan).UnixMilli()
+	followers := make([][]uint64, o.FanoutAuthors)
+	for a := range o.FanoutAuthors {
+		followers[a] = b.sample(b.data.users, o.FanoutFollowers)
+		if err := b.st.ImportFollowers(ctx, fanoutAuthorBase+uint64(a), followers[a], followedAt, false); err != nil {
+			return err
+		}
+	}
+	cfg := b.stack.svc.Config()
+	res := fanoutResult{Authors: o.FanoutAuthors, Followers: o.FanoutFollowers, Rounds: o.Rounds, Workers: cfg.Workers,
+		Batch: cfg.BatchSize, InboxLimit: cfg.InboxLimit}
+	type step struct {
+		name string
+		run  func() error
+	}
+	steps := []step{
+		{"fan-out", func() error { return b.fanoutRound(ctx, b.stack.svc, b.stack.reg, &res.Fanout) }},
+		{"ceiling", func() error { return b.ceilingRound(ctx, &res.Ceiling, followers, cfg.BatchSize) }},
+	}
+	if o.Diagnostics {
+		noTrim := cfg
+		noTrim.InboxLimit = 1 << 30
+		reg := prometheus.NewRegistry()
+		svc, err := service.New(b.st, noTrim, b.log, service.NewMetrics(reg), time.Now)
+		if err != nil {
+			return err
+		}
+		res.NoTrimRun = true
+		steps = slices.Insert(steps, 1, step{"fan-out without trims", func() error {
+			b.stack.haltWorkers()
+			b.stack.startWorkers(svc)
+			defer func() { b.stack.haltWorkers(); b.stack.startWorkers(b.stack.svc) }()
+			return b.fanoutRound(ctx, svc, reg, &res.NoTrim)
+		}})
+	}
+	for round := range o.Rounds {
+		order := slices.Clone(steps)
+		if round%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, st := range order {
+			if err := st.run(); err != nil {
+				return fmt.Errorf("A %s: %w", st.name, err)
+			}
+		}
+		b.log.Info("feedbench: A round done", "round", round+1, "of", o.Rounds,
+			"fanout_rows_per_second", int(res.Fanout.Rate()), "no_trim_rows_per_second", int(res.NoTrim.Rate()),
+			"ceiling_rows_per_second", int(res.Ceiling.Rate()))
+	}
+	b.rep.Fanout = &res
+	return nil
+}
+
+// fanoutRound publishes one post per author through svc, whose workers must
+// be the ones running, and waits until every delivery is done: the time from
+// the first publish to the last batch's commit.
+func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prometheus.Registry, w *writerStats) error {
+	rows0 := counterOf(reg, "feed_fanout_inbox_rows_total")
+	trim0 := counterOf(reg, "feed_inbox_trimmed_rows_total")
+	err0 := counterOf(reg, "feed_worker_errors_total")
+	bSum0, bCount0 := histogramOf(reg, "feed_fanout_batch_seconds")
+	start := time.Now()
+	for a := range b.opt.FanoutAuthors {
+		if _, _, err := svc.Publish(ctx, service.PublishInput{AuthorID: fanoutAuthorBase + uint64(a)}); err != nil {
+			return err
+		}
+	}
+	if err := b.stack.waitIdle(ctx, 10*time.Minute); err != nil {
+		return err
+	}
+	el := time.Since(start)
+	// A worker counts its rows just after the commit that ends the
+	// delivery: give the counter a moment to catch up.
+	want := int64(b.opt.FanoutAuthors * b.opt.FanoutFollowers)
+	rows := int64(0)
+	for settle := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		rows = int64(counterOf(reg, "feed_fanout_inbox_rows_total") - rows0)
+		if rows >= want || time.Now().After(settle) {
+			break
+		}
+	}
+	if rows != want {
+		return fmt.Errorf("fan-out wrote %d inbox rows, want %d", rows, want)
+	}
+	bSum1, bCount1 := histogramOf(reg, "feed_fanout_batch_seconds")
+	w.Rows += rows
+	w.Time += el
+	w.Trimmed += int64(counterOf(reg, "feed_inbox_trimmed_rows_total") - trim0)
+	w.WorkerErrors += int64(counterOf(reg, "feed_worker_errors_total") - err0)
+	w.BatchSeconds += bSum1 - bSum0
+	w.Batches += int64(bCount1 - bCount0)
+	return nil
+}
+
+// ceilingRound writes one synthetic post per author into the same
+// followers' inboxes with raw multi-row INSERT IGNORE statements.
+func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, batch int) error {
+	now := time.Now().UnixMilli()
+	var stmts [][]store.InboxRow
+	for a, users := range followers {
+		b.ceilingPosts++
+		p := feed.Post{ContentID: ceilingContentBase + b.ceilingPosts, AuthorID: fanoutAuthorBase + uint64(a), PublishTime: now, Kind: feed.KindPost}
+		for lo := 0; lo < len(users); lo += batch {
+			rows := make([]store.InboxRow, 0, batch)
+			for _, u := range users[lo:min(lo+batch, len(users))] {
+				rows = append(rows, store.InboxRow{UserID: u, Post: p})
+			}
+			stmts = append(stmts, rows)
+		}
+	}
+	var next, written atomic.Int64
+	var g group
+	start := time.Now()
+	for range b.opt.Workers {
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(stmts) {
+					return nil
+				}
+				n, err := b.sh.InsertInboxRows(ctx, stmts[i])
+				if err != nil {
+					return err
+				}
+				written.Add(n)
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	w.Time += time.Since(start)
+	w.Rows += written.Load()
+	return nil
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of CPU times in /proc: 100 on every
+// Linux architecture Go supports.
+const clockTicks = 100
+
+// databaseServers are process names whose CPU time counts as the database's,
+// not as other load: the benchmark's own server is among them.
+var databaseServers = map[string]bool{"mariadbd": true, "mysqld": true}
+
+// hostSampler measures, from /proc, the CPU that processes other than this
+// benchmark and the database servers use: other people's builds and tests
+// on a shared machine, which take cores from both sides of the benchmark.
+type hostSampler struct {
+	self    string
+	prev    map[string]int64 // pid → utime+stime ticks at the last sample
+	at      time.Time
+	samples []float64 // cores used by other processes, per interval
+}
+
+func newHostSampler() *hostSampler {
+	h := &hostSampler{self: strconv.Itoa(os.Getpid())}
+	h.prev, _ = h.read()
+	h.at = time.Now()
+	return h
+}
+
+// sample records the cores other processes used since the last sample.
+func (h *hostSampler) sample() {
+	cur, ok := h.read()
+	now := time.Now()
+	if !ok || h.prev == nil {
+		return
+	}
+	var ticks int64
+	for pid, t := range cur {
+		// A process new since the last sample counts from its start.
+		ticks += t - h.prev[pid]
+	}
+	el := now.Sub(h.at).Seconds()
+	if el < 0.5 {
+		return // too short to mean anything; keep accumulating
+	}
+	h.samples = append(h.samples, float64(ticks)/clockTicks/el)
+	h.prev, h.at = cur, now
+}
+
+// read returns the CPU ticks of every process but this one and the
+// database servers; ok is false where /proc is missing.
+func (h *hostSampler) read() (map[string]int64, bool) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, false
+	}
+	out := map[string]int64{}
+	for _, e := range ents {
+		pid := e.Name()
+		if pid == h.self || pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + pid + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid … : comm may hold spaces, so cut at the last ')'.
+		s := string(b)
+		open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		if databaseServers[s[open+1:closing]] {
+			continue
+		}
+		f := strings.Fields(s[closing+1:])
+		// Fields after comm start at state (field 3); utime and stime are 14 and 15.
+		if len(f) < 13 {
+			continue
+		}
+		ut, err1 := strconv.ParseInt(f[11], 10, 64)
+		st, err2 := strconv.ParseInt(f[12], 10, 64)
+		if err1 == nil && err2 == nil {
+			out[pid] = ut + st
+		}
+	}
+	return out, true
+}
+
+// mean and max of the samples, in cores.
+func (h *hostSampler) summary() (mean, peak float64, n int) {
+	for _, s := range h.samples {
+		mean += s
+		peak = max(peak, s)
+	}
+	if n = len(h.samples); n > 0 {
+		mean /= float64(n)
+	}
+	return mean, peak, n
+}

@@ -1,0 +1,38 @@
+// Command feedbench measures the feed service on a real MySQL-family server
+// against raw-SQL ceilings measured in the same run on the same tables, and
+// writes the figures to docs/BENCHMARKS.md.
+//
+// It creates its own uniquely named database on the server named by -dsn or
+// FEED_TEST_MYSQL_DSN (a DSN without a database name; with neither it starts
+// a MySQL 8.4 testcontainer), loads it, runs the service in-process (store,
+// service with its fan-out workers, HTTP API on 127.0.0.1:0) and drives it
+// with the Go client. Phases:
+//
+//	A  fan-out throughput of the real workers vs raw multi-row INSERT IGNORE
+//	B  publish → visible latency over HTTP for a 1k and a 100k follower author
+//	C  feed read throughput over HTTP vs a raw prepared keyset SELECT
+//	D  disk bytes per inbox row
+//
+// `make bench` runs it; -quick runs tiny sizes in a few seconds.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	} else if err != nil {
+		fmt.Fprintln(os.Stderr, "feedbench:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/feedhq/feed/store/storetest"
+)
+
+// TestQuick runs the whole benchmark with tiny sizes against the test
+// server and checks that the report has every section. It writes to a temp
+// file, never to docs/.
+func TestQuick(t *testing.T) {
+	dsn := storetest.ServerDSN(t)
+	out := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	var log strings.Builder
+	err := run(context.Background(), []string{"-quick", "-dsn", dsn, "-out", out}, &log)
+	if err != nil {
+		t.Fatalf("feedbench: %v\n%s", err, log.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	report := string(b)
+	for _, want := range []string{
+		"# Benchmarks",
+		"| server |",
+		"## How to read this",
+		"## A. Fan-out throughput",
+		"| fan-out / ceiling |",
+		"## B. Publish → visible",
+		"last follower p50",
+		"## C. Feed read throughput",
+		"| inbox-only HTTP / raw SELECT |",
+		"| 10-pull HTTP / inbox-only HTTP |",
+		"| 50-pull HTTP / inbox-only HTTP |",
+		"## D. Disk bytes per inbox row",
+		"| as loaded |",
+		keepMarker,
+	} {
+		if !strings.Contains(report, want) {
+			t.Errorf("report lacks %q:\n%s", want, report)
+		}
+	}
+	if strings.Contains(report, "Not run") {
+		t.Errorf("a phase did not run:\n%s", report)
+	}
+
+	// A second run keeps the hand-written text below the marker.
+	if err := os.WriteFile(out, []byte(report+"hand-written analysis\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log.Reset()
+	if err := run(context.Background(), []string{"-quick", "-phases", "D", "-optimize=false", "-dsn", dsn, "-out", out}, &log); err != nil {
+		t.Fatalf("feedbench: %v\n%s", err, log.String())
+	}
+	b, err = os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), keepMarker+"\nhand-written analysis\n") {
+		t.Errorf("hand-written text below the marker was not kept:\n%s", b)
+	}
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/feedhq/feed/service"
+)
+
+// envDSN names the variable holding the server DSN, as `make bench` sets it.
+const envDSN = "FEED_TEST_MYSQL_DSN"
+
+// options are feedbench's settings. The defaults finish in well under ten
+// minutes on a 2-core machine; -quick shrinks every size for a smoke run.
+type options struct {
+	DSN    string
+	Out    string
+	Keep   bool
+	Quick  bool
+	Phases string
+	Seed   uint64
+
+	// Data (phases C and D, and the inboxes phase A writes into).
+	Users     int // users with a loaded inbox
+	InboxRows int // loaded inbox rows per user
+
+	// Phase A.
+	FanoutAuthors   int
+	FanoutFollowers int
+	Rounds          int
+	Workers         int
+
+	// Phase B.
+	FollowersSmall int
+	FollowersBig   int
+	RepsSmall      int
+	RepsBig        int
+
+	// Phase C.
+	Clients     int
+	ReaderUsers int // users per reader class
+	Pages       int // pages a reader session reads before picking another user
+	PullPosts   int // posts per pull author
+	Duration    time.Duration
+	Warmup      time.Duration
+	Diagnostics bool
+
+	// Phase D.
+	Optimize bool
+
+	CPUProfile string
+}
+
+func defaultOptions() options {
+	return options{
+		Out:             "docs/BENCHMARKS.md",
+		Phases:          "ABCD",
+		Seed:            1,
+		Users:           10000,
+		InboxRows:       300,
+		FanoutAuthors:   20,
+		FanoutFollowers: 5000,
+		Rounds:          2,
+		Workers:         service.WorkersDefault,
+		FollowersSmall:  1000,
+		FollowersBig:    100000,
+		RepsSmall:       20,
+		RepsBig:         5,
+		Clients:         8,
+		ReaderUsers:     2000,
+		Pages:           3,
+		PullPosts:       40,
+		Duration:        10 * time.Second,
+		Warmup:          2 * time.Second,
+		Diagnostics:     true,
+		Optimize:        true,
+	}
+}
+
+// quickSizes replace the defaults of flags not given explicitly under -quick.
+var quickSizes = map[string]string{
+	"users":            "400",
+	"inbox-rows":       "30",
+	"fanout-authors":   "2",
+	"fanout-followers": "300",
+	"rounds":           "2",
+	"followers-small":  "100",
+	"followers-big":    "2000",
+	"reps-small":       "3",
+	"reps-big":         "2",
+	"reader-users":     "100",
+	"pull-posts":       "5",
+	"duration":         "700ms",
+	"warmup":           "200ms",
+}
+
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	o := defaultOptions()
+	fs := flag.NewFlagSet("feedbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.DSN, "dsn", "", "server DSN without a database name (default $"+envDSN+"; unset: a MySQL 8.4 testcontainer)")
+	fs.StringVar(&o.Out, "out", o.Out, "report file to write")
+	fs.BoolVar(&o.Keep, "keep", false, "keep the benchmark database instead of dropping it")
+	fs.BoolVar(&o.Quick, "quick", false, "tiny sizes: a smoke run of a few seconds")
+	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk)")
+	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the data generator")
+	fs.IntVar(&o.Users, "users", o.Users, "users with a loaded inbox")
+	fs.IntVar(&o.InboxRows, "inbox-rows", o.InboxRows, "inbox rows loaded per user")
+	fs.IntVar(&o.FanoutAuthors, "fanout-authors", o.FanoutAuthors, "A: authors publishing one post per round")
+	fs.IntVar(&o.FanoutFollowers, "fanout-followers", o.FanoutFollowers, "A: followers of each, drawn from the loaded users")
+	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "A: rounds, alternating which of fan-out and ceiling goes first")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "A: fan-out worker goroutines, and connections of the insert ceiling")
+	fs.IntVar(&o.FollowersSmall, "followers-small", o.FollowersSmall, "B: followers of the small author")
+	fs.IntVar(&o.FollowersBig, "followers-big", o.FollowersBig, "B: followers of the big authors")
+	fs.IntVar(&o.RepsSmall, "reps-small", o.RepsSmall, "B: posts timed for the small author")
+	fs.IntVar(&o.RepsBig, "reps-big", o.RepsBig, "B: posts timed for each big author")
+	fs.IntVar(&o.Clients, "clients", o.Clients, "C: concurrent readers")
+	fs.IntVar(&o.ReaderUsers, "reader-users", o.ReaderUsers, "C: users per reader class")
+	fs.IntVar(&o.Pages, "pages", o.Pages, "C: pages per reader session (first page, then next pages by cursor)")
+	fs.IntVar(&o.PullPosts, "pull-posts", o.PullPosts, "C: posts per pull author")
+	fs.DurationVar(&o.Duration, "duration", o.Duration, "C: measured time of each reader run")
+	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "C: unmeasured time before each reader run")
+	fs.BoolVar(&o.Diagnostics, "diagnostics", o.Diagnostics, "C: also time store.ReadFeed and service.Feed without HTTP")
+	fs.BoolVar(&o.Optimize, "optimize", o.Optimize, "D: also measure the inbox after OPTIMIZE TABLE")
+	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if o.Quick {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		for name, v := range quickSizes {
+			if !set[name] {
+				if err := fs.Set(name, v); err != nil {
+					return o, err
+				}
+			}
+		}
+	}
+	if o.DSN == "" {
+		o.DSN = os.Getenv(envDSN)
+	}
+	o.Phases = strings.ToUpper(o.Phases)
+	return o, o.validate()
+}
+
+func (o options) validate() error {
+	switch {
+	case o.Users < 1 || o.InboxRows < 1:
+		return fmt.Errorf("-users and -inbox-rows must be >= 1")
+	case o.FanoutFollowers > o.Users || o.FollowersSmall > o.Users:
+		return fmt.Errorf("-fanout-followers and -followers-small must be <= -users (%d)", o.Users)
+	case 3*o.ReaderUsers > o.Users:
+		return fmt.Errorf("-reader-users × 3 classes must be <= -users (%d)", o.Users)
+	case o.FanoutAuthors < 1 || o.FanoutFollowers < 1 || o.Rounds < 1 || o.Workers < 1:
+		return fmt.Errorf("-fanout-authors, -fanout-followers, -rounds and -workers must be >= 1")
+	case o.FollowersSmall < 1 || o.FollowersBig < 1 || o.RepsSmall < 1 || o.RepsBig < 1:
+		return fmt.Errorf("-followers-* and -reps-* must be >= 1")
+	case o.Clients < 1 || o.ReaderUsers < 1 || o.Pages < 1 || o.PullPosts < 1:
+		return fmt.Errorf("-clients, -reader-users, -pages and -pull-posts must be >= 1")
+	case o.Duration <= 0 || o.Warmup < 0:
+		return fmt.Errorf("-duration must be > 0 and -warmup >= 0")
+	case strings.Trim(o.Phases, "ABCD") != "":
+		return fmt.Errorf("-phases takes letters of ABCD, got %q", o.Phases)
+	}
+	return nil
+}
+
+func (o options) runs(phase byte) bool { return strings.IndexByte(o.Phases, phase) >= 0 }

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store"
+)
+
+// pageLimit is the page size every reader asks for (the contract's default).
+const pageLimit = feed.DefaultPageLimit
+
+// Reader classes of phase C, by how many pull authors they follow.
+const (
+	pullFew  = 10
+	pullMany = 50
+)
+
+// session is one reader's walk through a feed: the first page, then next
+// pages by cursor, up to opt.Pages, then another user.
+type session struct {
+	user   uint64
+	page   int
+	cursor string   // service and HTTP readers
+	key    feed.Key // raw readers
+}
+
+// pager reads the page the session is at and moves it to the next one;
+// more=false ends the session early (the feed ended).
+type pager func(ctx context.Context, s *session) (more bool, err error)
+
+// sessions turns a pager into a closed-loop operation over random users.
+func (b *bench) sessions(users []uint64, read pager) func(client int) func(context.Context) error {
+	return func(client int) func(context.Context) error {
+		rng := rand.New(rand.NewPCG(b.opt.Seed, uint64(client)))
+		s := &session{}
+		return func(ctx context.Context) error {
+			if s.page == 0 {
+				*s = session{user: users[rng.IntN(len(users))], key: store.Top}
+			}
+			more, err := read(ctx, s)
+			if err != nil {
+				return fmt.Errorf("read feed of user %d, page %d: %w", s.user, s.page+1, err)
+			}
+			s.page++
+			if !more || s.page >= b.opt.Pages {
+				s.page = 0
+			}
+			return nil
+		}
+	}
+}
+
+// reads runs phase C.
+func (b *bench) reads(ctx context.Context) error {
+	r := b.opt.ReaderUsers
+	inboxOnly := b.data.users[:r]
+	fewPull := b.data.users[r : 2*r]
+	manyPull := b.data.users[2*r : 3*r]
+	if err := b.setupReaders(ctx, inboxOnly, fewPull, manyPull); err != nil {
+		return err
+	}
+
+	raw, err := b.sh.PrepareInboxPage(ctx)
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	rawPager := func(ctx context.Context, s *session) (bool, error) {
+		posts, err := raw.Page(ctx, s.user, s.key, pageLimit+1, nil)
+		if err != nil || len(posts) <= pageLimit {
+			return false, err
+		}
+		s.key = posts[pageLimit-1].Key()
+		return true, nil
+	}
+	storePager := func(ctx context.Context, s *session) (bool, error) {
+		snap, err := b.st.ReadFeed(ctx, s.user, s.key, pageLimit+1)
+		if err != nil || len(snap.Inbox) <= pageLimit {
+			return false, err
+		}
+		s.key = snap.Inbox[pageLimit-1].Key()
+		return true, nil
+	}
+	svc := b.stack.svc
+	servicePager := func(ctx context.Context, s *session) (bool, error) {
+		_, next, err := svc.Feed(ctx, s.user, feed.Page{Limit: pageLimit, Cursor: s.cursor})
+		s.cursor = next
+		return next != "", err
+	}
+	api := b.stack.api
+	httpPager := func(ctx context.Context, s *session) (bool, error) {
+		page, err := api.Feed(ctx, s.user, pageLimit, s.cursor)
+		if err != nil || page.NextCursor == nil {
+			return false, err
+		}
+		s.cursor = *page.NextCursor
+		return true, nil
+	}
+
+	type runSpec struct {
+		key        string
+		name       string
+		users      []uint64
+		read       pager
+		fixedQ     float64 // statements per page when the service does not run
+		diagnostic bool
+	}
+	runs := []runSpec{
+		{key: readRaw, name: "ceiling: raw keyset SELECT on inbox, prepared once per connection (database/sql Stmt)", users: inboxOnly, read: rawPager, fixedQ: 1},
+		{key: readStore, name: "diagnostic: store.ReadFeed, the page's one statement (UNION ALL of 4 lookups), no HTTP", users: inboxOnly, read: storePager, fixedQ: 1, diagnostic: true},
+		{key: readService, name: "diagnostic: service.Feed in-process, no HTTP", users: inboxOnly, read: servicePager, diagnostic: true},
+		{key: readInbox, name: "inbox-only readers, HTTP", users: inboxOnly, read: httpPager},
+		{key: readFew, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullFew), users: fewPull, read: httpPager},
+		{key: readMany, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullMany), users: manyPull, read: httpPager},
+	}
+	for _, rs := range runs {
+		if rs.diagnostic && !b.opt.Diagnostics {
+			continue
+		}
+		qSum0, qCount0 := b.stack.histogram("feed_read_queries")
+		pSum0, _ := b.stack.histogram("feed_read_pull_authors")
+		res, err := closedLoop(ctx, b.opt.Clients, b.opt.Warmup, b.opt.Duration, b.sessions(rs.users, rs.read))
+		if err != nil {
+			return fmt.Errorf("C %s: %w", rs.name, err)
+		}
+		qSum1, qCount1 := b.stack.histogram("feed_read_queries")
+		pSum1, _ := b.stack.histogram("feed_read_pull_authors")
+		rr := readResult{Key: rs.key, Name: rs.name, Diagnostic: rs.diagnostic, closedLoopResult: res, QueriesPerPage: rs.fixedQ}
+		if n := qCount1 - qCount0; n > 0 {
+			rr.QueriesPerPage = (qSum1 - qSum0) / float64(n)
+			rr.PullAuthorsPerPage = (pSum1 - pSum0) / float64(n)
+			rr.FromMetrics = true
+		}
+		b.rep.Reads = append(b.rep.Reads, rr)
+		b.log.Info("feedbench: C reads", "run", rs.key, "pages_per_second", int(res.Rate()),
+			"p50_ms", ms(percentile(res.Latency, 0.5)), "p99_ms", ms(percentile(res.Latency, 0.99)),
+			"queries_per_page", rr.QueriesPerPage)
+	}
+	return nil
+}
+
+// setupReaders gives phase C its social graph. Every reader follows the
+// authors of its loaded inbox rows (push authors: their posts are in the
+// inbox). The pull classes also follow pull authors: pullMany authors with
+// opt.PullPosts posts each over the loaded rows' time span, published before
+// they have any follower (so no fan-out runs), then followed in pull mode.
+// Readers of those classes are active, in a spell that starts after every
+// post, so each page must merge every pull author's outbox; inbox-only
+// readers are active too. Activity is recorded up front so no read of the
+// run writes user_state.
+func (b *bench) setupReaders(ctx context.Context, inboxOnly, fewPull, manyPull []uint64) error {
+	start := time.Now()
+	readers := slices.Sorted(slices.Values(slices.Concat(inboxOnly, fewPull, manyPull)))
+	b.log.Info("feedbench: C following the inbox authors", "readers", len(readers), "authors", inboxAuthors)
+	for a := range inboxAuthors {
+		if err := b.st.ImportFollowers(ctx, inboxAuthorBase+uint64(a), readers, b.data.t0, false); err != nil {
+			return err
+		}
+	}
+	b.log.Info("feedbench: C publishing pull authors' posts", "authors", pullMany, "posts_each", b.opt.PullPosts)
+	type job struct {
+		author uint64
+		at     int64
+	}
+	jobs := make(chan job)
+	var g group
+	for range 4 {
+		g.Go(func() error {
+			for j := range jobs {
+				at := j.at
+				if _, _, err := b.stack.svc.Publish(ctx, service.PublishInput{AuthorID: j.author, PublishTime: &at}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	span := b.data.t1 - b.data.t0
+	for a := range pullMany {
+		for range b.opt.PullPosts {
+			jobs <- job{author: pullAuthorBase + uint64(a), at: b.data.t0 + b.rng.Int64N(span)}
+		}
+	}
+	close(jobs)
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if err := b.stack.waitIdle(ctx, time.Minute); err != nil {
+		return err
+	}
+	now := time.Now()
+	followedAt := now.Add(-loadSpan).UnixMilli()
+	for a := range pullMany {
+		followers := manyPull
+		if a < pullFew {
+			followers = slices.Sorted(slices.Values(slices.Concat(fewPull, manyPull)))
+		}
+		if err := b.st.ImportFollowers(ctx, pullAuthorBase+uint64(a), followers, followedAt, true); err != nil {
+			return err
+		}
+	}
+	if err := b.st.ImportActivity(ctx, inboxOnly, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli()); err != nil {
+		return err
+	}
+	if err := b.st.ImportActivity(ctx, slices.Concat(fewPull, manyPull), now.UnixMilli(), now.Add(24*time.Hour).UnixMilli()); err != nil {
+		return err
+	}
+	b.log.Info("feedbench: C pull authors ready", "seconds", time.Since(start).Seconds())
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

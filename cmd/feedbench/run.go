@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	crand "crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
+
+	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store"
+)
+
+// bench is one run: the stack under test, the data it loaded and the report.
+type bench struct {
+	opt   options
+	log   *slog.Logger
+	stack *stack
+	st    *store.Store
+	sh    *store.Shard // the one shard: every id lives on it
+	rng   *rand.Rand
+	rep   *report
+	data  dataset
+
+	ceilingPosts uint64 // synthetic posts the insert ceiling wrote
+}
+
+// run parses args, runs the benchmark and writes the report.
+func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
+	opt, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if opt.CPUProfile != "" {
+		f, err := os.Create(opt.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	server := opt.DSN
+	if server == "" {
+		dsn, stop, err := startContainer(ctx, log)
+		if err != nil {
+			return fmt.Errorf("%s is not set and no MySQL container could be started: %w", envDSN, err)
+		}
+		defer stop()
+		server = dsn
+	}
+	cfg, err := mysql.ParseDSN(server)
+	if err != nil {
+		return fmt.Errorf("bad server dsn: %w", err)
+	}
+	addr := cfg.Addr
+	cfg.DBName = uniqueDatabaseName()
+	st, err := store.Open(store.SingleShardMap(cfg.FormatDSN()))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	log.Info("feedbench: creating database", "database", cfg.DBName, "addr", addr)
+	// Cleanup runs even when ctx was cancelled by a signal.
+	cleanup := context.WithoutCancel(ctx)
+	if err := st.Migrate(ctx, log); err != nil {
+		return err
+	}
+	defer func() {
+		if opt.Keep {
+			log.Info("feedbench: keeping database", "database", cfg.DBName)
+			return
+		}
+		if derr := st.DropDatabases(cleanup); derr != nil && err == nil {
+			err = derr
+		}
+		log.Info("feedbench: dropped database", "database", cfg.DBName)
+	}()
+
+	svcCfg := service.DefaultConfig()
+	svcCfg.Workers = opt.Workers
+	stk, err := startStack(st, svcCfg, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := stk.close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}()
+	b := &bench{
+		opt:   opt,
+		log:   log,
+		stack: stk,
+		st:    st,
+		sh:    st.Shards()[0],
+		rng:   rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
+		rep:   newReport(opt, args, addr, cfg.DBName),
+	}
+	if b.rep.Server, err = b.sh.ServerInfo(ctx); err != nil {
+		return err
+	}
+	log.Info("feedbench: server", "version", b.rep.Server.Version, "buffer_pool_bytes", b.rep.Server.BufferPoolBytes)
+	stopWatch := b.watchSharedServer(ctx)
+	if err := b.phases(ctx); err != nil {
+		stopWatch()
+		return err
+	}
+	stopWatch()
+	b.rep.Elapsed = time.Since(b.rep.Start)
+	if err := b.rep.write(opt.Out); err != nil {
+		return err
+	}
+	log.Info("feedbench: report written", "file", opt.Out, "elapsed", b.rep.Elapsed.Round(time.Second))
+	return nil
+}
+
+// phases loads the data and runs the phases asked for, in an order that
+// gives each the table it needs: D on the freshly loaded inbox, C before
+// fan-out trims any inbox, A on full inboxes, B last.
+func (b *bench) phases(ctx context.Context) error {
+	if err := b.load(ctx); err != nil {
+		return err
+	}
+	if b.opt.runs('D') {
+		f, err := b.footprint(ctx, "as loaded", false)
+		if err != nil {
+			return err
+		}
+		b.rep.Footprints = append(b.rep.Footprints, f)
+	}
+	if b.opt.runs('C') {
+		if err := b.reads(ctx); err != nil {
+			return err
+		}
+	}
+	if b.opt.runs('A') {
+		if err := b.fanout(ctx); err != nil {
+			return err
+		}
+	}
+	if b.opt.runs('B') {
+		if err := b.latency(ctx); err != nil {
+			return err
+		}
+	}
+	if b.opt.runs('D') {
+		f, err := b.footprint(ctx, "at the end of the run", false)
+		if err != nil {
+			return err
+		}
+		b.rep.Footprints = append(b.rep.Footprints, f)
+		if b.opt.Optimize {
+			f, err := b.footprint(ctx, "after OPTIMIZE TABLE", true)
+			if err != nil {
+				return err
+			}
+			b.rep.Footprints = append(b.rep.Footprints, f)
+		}
+	}
+	return nil
+}
+
+// watchSharedServer samples, once a second, how many sessions of other
+// databases are running statements on the server, and how much CPU other
+// processes use: other engineers' tests on a shared machine bend the
+// figures, and the report says so.
+func (b *bench) watchSharedServer(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	host := newHostSampler()
+	go func() {
+		defer close(done)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			n, err := b.sh.OtherActiveSessions(ctx)
+			if err == nil {
+				b.rep.Shared.add(n)
+			}
+			host.sample()
+			b.rep.Shared.setHost(host.summary())
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// uniqueDatabaseName is "feedbench_<time>_<random>".
+func uniqueDatabaseName() string {
+	var rnd [4]byte
+	_, _ = crand.Read(rnd[:])
+	return "feedbench_" + time.Now().UTC().Format("20060102t150405") + "_" + hex.EncodeToString(rnd[:])
+}
+
+// startContainer starts a MySQL 8.4 testcontainer, as the tests do when
+// Docker answers and no DSN is given; stop terminates it.
+func startContainer(ctx context.Context, log *slog.Logger) (dsn string, stop func(), err error) {
+	log.Info("feedbench: no DSN given; starting a mysql:8.4 testcontainer")
+	c, err := tcmysql.Run(ctx, "mysql:8.4", tcmysql.WithDatabase("feed"), tcmysql.WithUsername("root"), tcmysql.WithPassword("feed"))
+	if err != nil {
+		return "", nil, err
+	}
+	stop = func() { _ = c.Terminate(context.WithoutCancel(ctx)) }
+	conn, err := c.ConnectionString(ctx)
+	if err != nil {
+		stop()
+		return "", nil, err
+	}
+	cfg, err := mysql.ParseDSN(conn)
+	if err != nil {
+		stop()
+		return "", nil, err
+	}
+	cfg.DBName = ""
+	return cfg.FormatDSN(), stop, nil
+}

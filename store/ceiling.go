@@ -1,0 +1,204 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/feedhq/feed"
+)
+
+// This file holds the raw statements cmd/feedbench measures the service
+// against (its ceilings), the bulk inbox loader that builds benchmark data,
+// and the few server queries the benchmark reports. None of it runs on a
+// request path.
+
+// InboxRow is one inbox entry: a post as one user's feed holds it.
+type InboxRow struct {
+	UserID uint64
+	feed.Post
+}
+
+// InsertInboxRows writes rows with one multi-row INSERT IGNORE on sh (every
+// row must belong to sh; keep them to a thousand or so per call). It is the
+// fan-out ceiling: the same rows a fan-out batch writes, without the follow
+// check, the task bookkeeping or trimming. Returns the rows inserted.
+func (sh *Shard) InsertInboxRows(ctx context.Context, rows []InboxRow) (int64, error) {
+	if len(rows) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, 5*len(rows))
+	for _, r := range rows {
+		args = append(args, r.UserID, r.PublishTime, r.ContentID, r.AuthorID, r.Kind)
+	}
+	res, err := sh.DB.ExecContext(ctx, multiRowInsert(insertInboxHead, 5, len(rows), ""), args...)
+	if err != nil {
+		return 0, wrap("insert inbox rows", err)
+	}
+	n, err := res.RowsAffected()
+	return n, wrap("insert inbox rows", err)
+}
+
+// LoadInbox bulk-loads inbox rows, routed to their users' shards, a thousand
+// rows per statement: for building benchmark data. Returns the rows inserted.
+func (s *Store) LoadInbox(ctx context.Context, rows []InboxRow) (int64, error) {
+	byShard := map[*Shard][]InboxRow{}
+	for _, r := range rows {
+		sh := s.ShardOf(r.UserID)
+		byShard[sh] = append(byShard[sh], r)
+	}
+	var total int64
+	for sh, rs := range byShard {
+		for start := 0; start < len(rs); start += seedChunk {
+			n, err := sh.InsertInboxRows(ctx, rs[start:min(start+seedChunk, len(rs))])
+			if err != nil {
+				return total, err
+			}
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// inboxPageSQL is the read ceiling: one keyset page of one inbox, a backward
+// range scan of the primary key and nothing else (no floor, no pull
+// authors, no read state).
+const inboxPageSQL = `SELECT content_id, author_id, publish_time, kind FROM inbox
+WHERE user_id = ? AND ` + keysetOlder + ` ORDER BY publish_time DESC, content_id DESC LIMIT ?`
+
+// InboxPageStmt is inboxPageSQL prepared once; database/sql prepares it
+// once on each pooled connection it runs on.
+type InboxPageStmt struct {
+	stmt *sql.Stmt
+}
+
+// PrepareInboxPage prepares the ceiling page statement on the shard.
+func (sh *Shard) PrepareInboxPage(ctx context.Context) (*InboxPageStmt, error) {
+	st, err := sh.DB.PrepareContext(ctx, inboxPageSQL)
+	if err != nil {
+		return nil, wrap("prepare inbox page", err)
+	}
+	return &InboxPageStmt{stmt: st}, nil
+}
+
+// Page returns up to limit inbox entries of the user older than before,
+// newest first, appended to buf[:0].
+func (p *InboxPageStmt) Page(ctx context.Context, userID uint64, before feed.Key, limit int, buf []feed.Post) ([]feed.Post, error) {
+	rows, err := p.stmt.QueryContext(ctx, userID, before.PublishTime, before.PublishTime, before.ContentID, limit)
+	if err != nil {
+		return nil, wrap("inbox page", err)
+	}
+	defer rows.Close()
+	out := buf[:0]
+	for rows.Next() {
+		var q feed.Post
+		if err := rows.Scan(&q.ContentID, &q.AuthorID, &q.PublishTime, &q.Kind); err != nil {
+			return nil, wrap("inbox page", err)
+		}
+		out = append(out, q)
+	}
+	return out, wrap("inbox page", rows.Err())
+}
+
+// Close releases the statement on every connection.
+func (p *InboxPageStmt) Close() error { return p.stmt.Close() }
+
+// TableFootprint is a table's size as the server reports it.
+type TableFootprint struct {
+	Rows       int64 // exact, by COUNT(*)
+	DataBytes  int64 // information_schema.TABLES.DATA_LENGTH (the clustered index)
+	IndexBytes int64 // INDEX_LENGTH (secondary indexes)
+}
+
+// BytesPerRow is (data + index) / rows.
+func (f TableFootprint) BytesPerRow() float64 {
+	if f.Rows == 0 {
+		return 0
+	}
+	return float64(f.DataBytes+f.IndexBytes) / float64(f.Rows)
+}
+
+const optimizeInboxSQL = `OPTIMIZE TABLE inbox`
+
+const analyzeInboxSQL = `ANALYZE TABLE inbox`
+
+const inboxSizeSQL = `SELECT DATA_LENGTH, INDEX_LENGTH FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`
+
+const countInboxSQL = `SELECT COUNT(*) FROM inbox`
+
+// InboxFootprint measures the shard's inbox table: optionally rebuilt first
+// (OPTIMIZE), then analyzed so the size statistics are current.
+func (sh *Shard) InboxFootprint(ctx context.Context, optimize bool) (TableFootprint, error) {
+	var f TableFootprint
+	stmts := []string{analyzeInboxSQL}
+	if optimize {
+		stmts = []string{optimizeInboxSQL, analyzeInboxSQL}
+	}
+	for _, q := range stmts {
+		// Both statements return a status result set; drain it.
+		rows, err := sh.DB.QueryContext(ctx, q)
+		if err != nil {
+			return f, wrap("inbox footprint", err)
+		}
+		for rows.Next() {
+		}
+		if err := rows.Close(); err != nil {
+			return f, wrap("inbox footprint", err)
+		}
+	}
+	if err := sh.DB.QueryRowContext(ctx, inboxSizeSQL).Scan(&f.DataBytes, &f.IndexBytes); err != nil {
+		return f, wrap("inbox footprint", err)
+	}
+	err := sh.DB.QueryRowContext(ctx, countInboxSQL).Scan(&f.Rows)
+	return f, wrap("inbox footprint", err)
+}
+
+// ServerInfo describes the server of a shard for a benchmark report.
+type ServerInfo struct {
+	Version             string
+	BufferPoolBytes     int64
+	FlushLogAtTrxCommit int
+}
+
+const serverInfoSQL = `SELECT VERSION(), @@innodb_buffer_pool_size, @@innodb_flush_log_at_trx_commit`
+
+// ServerInfo reports the shard server's version and the InnoDB settings
+// that bound the benchmark figures.
+func (sh *Shard) ServerInfo(ctx context.Context) (ServerInfo, error) {
+	var si ServerInfo
+	err := sh.DB.QueryRowContext(ctx, serverInfoSQL).Scan(&si.Version, &si.BufferPoolBytes, &si.FlushLogAtTrxCommit)
+	return si, wrap("server info", err)
+}
+
+// otherSessionsSQL counts sessions of other databases running a statement.
+const otherSessionsSQL = `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+WHERE ID <> CONNECTION_ID() AND COMMAND NOT IN ('Sleep', 'Daemon', 'Binlog Dump')
+AND (DB IS NULL OR DB <> DATABASE())`
+
+// OtherActiveSessions counts the server's sessions that are running a
+// statement for another database at this instant: a benchmark on a shared
+// server reports it, since their load bends the figures.
+func (sh *Shard) OtherActiveSessions(ctx context.Context) (int, error) {
+	var n int
+	err := sh.DB.QueryRowContext(ctx, otherSessionsSQL).Scan(&n)
+	return n, wrap("other sessions", err)
+}
+
+// DropDatabases drops the database of every shard: for benchmarks and tests
+// that created their own. The store is unusable afterwards.
+func (s *Store) DropDatabases(ctx context.Context) error {
+	for _, sh := range s.shards {
+		c, err := mysql.ParseDSN(sh.dsn)
+		if err != nil {
+			return fmt.Errorf("store: drop database of shard %s: %w", sh.Name, err)
+		}
+		// A schema name cannot be a placeholder; quoteIdent escapes it.
+		if _, err := sh.DB.ExecContext(ctx, "DROP DATABASE IF EXISTS "+quoteIdent(c.DBName)); err != nil {
+			return fmt.Errorf("store: drop database of shard %s: %w", sh.Name, classify(err))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,656 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+)
+
+// claimAll runs claimers goroutines, each claiming up to limit rows at a time
+// with its own token until a claim comes back empty, and returns the keys each
+// got. A claimer that sees nothing left stops: rows other claimers hold in
+// open transactions are theirs.
+func claimAll(t *testing.T, claimers int, claim func(token uint64) ([]string, error)) [][]string {
+	t.Helper()
+	got := make([][]string, claimers)
+	errs := make([]error, claimers)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range claimers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			token := newToken()
+			<-start
+			for {
+				keys, err := claim(token)
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				if len(keys) == 0 {
+					return
+				}
+				got[i] = append(got[i], keys...)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	must(t, errors.Join(errs...))
+	return got
+}
+
+// checkDisjoint fails unless the claims cover want exactly once each.
+func checkDisjoint(t *testing.T, got [][]string, want int) {
+	t.Helper()
+	owner := map[string]int{}
+	busy := 0
+	for i, keys := range got {
+		if len(keys) > 0 {
+			busy++
+		}
+		for _, k := range keys {
+			if j, dup := owner[k]; dup {
+				t.Errorf("row %s claimed by claimers %d and %d", k, j, i)
+			}
+			owner[k] = i
+		}
+	}
+	if len(owner) != want {
+		t.Errorf("%d rows claimed, want %d", len(owner), want)
+	}
+	t.Logf("%d rows over %d busy claimers", len(owner), busy)
+}
+
+func TestClaimsAreExclusive(t *testing.T) {
+	t.Parallel()
+	const rows, claimers, limit = 120, 6, 5
+
+	t.Run("deliveries", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		var deliveries [][]any
+		for i := range uint64(rows) {
+			deliveries = append(deliveries, []any{1000 + i, 1 + i%7, t0, feed.KindPost, t0})
+		}
+		insertRows(t, st.Shards()[0].DB, "INSERT INTO deliveries (content_id, author_id, publish_time, kind, created_at)", deliveries)
+		got := claimAll(t, claimers, func(token uint64) ([]string, error) {
+			jobs, err := st.ClaimDeliveries(t.Context(), st.Shards()[0], t0, t0+lease, limit, token)
+			keys := make([]string, len(jobs))
+			for i, j := range jobs {
+				if j.Token != token {
+					return nil, fmt.Errorf("job %+v lacks token %d", j, token)
+				}
+				keys[i] = fmt.Sprint(j.ContentID)
+			}
+			return keys, err
+		})
+		checkDisjoint(t, got, rows)
+		if n := count(t, st.Shards()[0], "SELECT COUNT(*) FROM deliveries WHERE claimed_until = ? AND attempts = 1", t0+lease); n != rows {
+			t.Errorf("%d deliveries leased once, want %d", n, rows)
+		}
+	})
+
+	t.Run("tasks", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		var users []uint64
+		for u := range uint64(rows / 2) {
+			users = append(users, 100+u)
+		}
+		followMany(t, st, 1, users)
+		publish(t, st, 1, 10, t0)
+		publish(t, st, 1, 11, t0)
+		plan(t, st, 1, t0, store.PlanOptions{TaskSize: 1}) // one task per follower and post
+		got := claimAll(t, claimers, func(token uint64) ([]string, error) {
+			tasks, err := st.ClaimTasks(t.Context(), st.Shards()[0], t0, t0+lease, limit, token)
+			keys := make([]string, len(tasks))
+			for i, tk := range tasks {
+				keys[i] = fmt.Sprintf("%d/%d", tk.ContentID, tk.Seq)
+			}
+			return keys, err
+		})
+		checkDisjoint(t, got, rows)
+	})
+
+	t.Run("follow events", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		var events [][]any
+		for i := range uint64(rows) {
+			events = append(events, []any{1 + i%10, 100 + i, t0})
+		}
+		insertRows(t, st.Shards()[0].DB, "INSERT INTO follow_events (user_id, author_id, created_at)", events)
+		got := claimAll(t, claimers, func(token uint64) ([]string, error) {
+			evs, err := st.ClaimFollowEvents(t.Context(), st.Shards()[0], t0, t0+lease, limit, token)
+			keys := make([]string, len(evs))
+			for i, e := range evs {
+				keys[i] = fmt.Sprintf("%d→%d", e.UserID, e.AuthorID)
+			}
+			return keys, err
+		})
+		checkDisjoint(t, got, rows)
+	})
+
+	t.Run("expired lease is claimable again", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		sh := st.Shards()[0]
+		publish(t, st, 1, 10, t0)
+		first, err := st.ClaimDeliveries(t.Context(), sh, t0, t0+1000, 10, newToken())
+		must(t, err)
+		if len(first) != 1 {
+			t.Fatalf("claimed %d", len(first))
+		}
+		during, err := st.ClaimDeliveries(t.Context(), sh, t0+999, t0+2000, 10, newToken())
+		must(t, err)
+		if len(during) != 0 {
+			t.Fatalf("claimed a leased delivery: %+v", during)
+		}
+		after, err := st.ClaimDeliveries(t.Context(), sh, t0+1001, t0+2000, 10, newToken())
+		must(t, err)
+		if len(after) != 1 || after[0].Token == first[0].Token {
+			t.Fatalf("after the lease: %+v", after)
+		}
+		// The first claimer lost it: planning with its token fails and writes nothing.
+		follow(t, st, 2, 1)
+		if _, err := st.PlanDelivery(t.Context(), first[0], store.PlanOptions{TaskSize: 10}); !errors.Is(err, store.ErrLostClaim) {
+			t.Fatalf("stale plan: %v, want ErrLostClaim", err)
+		}
+		if n := count(t, sh, "SELECT COUNT(*) FROM fanout_tasks"); n != 0 {
+			t.Errorf("stale plan wrote %d tasks", n)
+		}
+		// Releasing gives it back at once; a stale release does nothing.
+		must(t, st.ReleaseDelivery(t.Context(), first[0]))
+		if again, _ := st.ClaimDeliveries(t.Context(), sh, t0+1002, t0+3000, 10, newToken()); len(again) != 0 {
+			t.Fatalf("a stale release freed the delivery")
+		}
+		must(t, st.ReleaseDelivery(t.Context(), after[0]))
+		again, err := st.ClaimDeliveries(t.Context(), sh, t0+1002, t0+3000, 10, newToken())
+		must(t, err)
+		if len(again) != 1 {
+			t.Fatalf("released delivery not claimable")
+		}
+		if _, err := st.PlanDelivery(t.Context(), again[0], store.PlanOptions{TaskSize: 10}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func TestPlanDelivery(t *testing.T) {
+	t.Parallel()
+	// Cases run in turn on one store: planning claims every pending delivery.
+	st := newStore(t, 1)
+	sh := st.Shards()[0]
+	for i, c := range []struct{ followers, taskSize, tasks int }{
+		{0, 1000, 0},
+		{1, 1000, 1},
+		{7, 3, 3},
+		{9, 3, 3},
+		{2000, 1000, 2},
+		{2500, 1000, 3},
+	} {
+		t.Run(fmt.Sprintf("%d followers by %d", c.followers, c.taskSize), func(t *testing.T) {
+			author, id := uint64(1+i), uint64(100+i)
+			var users []uint64
+			for i := range uint64(c.followers) {
+				users = append(users, 10+i*3)
+			}
+			if len(users) > 0 {
+				followMany(t, st, author, users)
+			}
+			publish(t, st, author, id, t0)
+			res := plan(t, st, author, t0, store.PlanOptions{TaskSize: c.taskSize})
+			if len(res) != 1 {
+				t.Fatalf("planned %d", len(res))
+			}
+			if res[0] != (store.PlanResult{Mode: store.ModePush, Recipients: int64(c.followers), Tasks: c.tasks}) {
+				t.Errorf("plan = %+v", res[0])
+			}
+			var tasks []struct {
+				Seq      int    `db:"seq"`
+				Lo       uint64 `db:"lo"`
+				Hi       uint64 `db:"hi"`
+				LastUser uint64 `db:"last_user"`
+			}
+			must(t, sh.DB.SelectContext(t.Context(), &tasks, "SELECT seq, lo, hi, last_user FROM fanout_tasks WHERE content_id = ? ORDER BY seq", id))
+			if len(tasks) != c.tasks {
+				t.Fatalf("%d tasks, want %d", len(tasks), c.tasks)
+			}
+			// (lo, hi] ranges chain from 0 to the open end; all but the
+			// last hold exactly taskSize followers.
+			lo := uint64(0)
+			for i, tk := range tasks {
+				if tk.Seq != i || tk.Lo != lo || tk.LastUser != lo {
+					t.Errorf("task %+v, want seq %d from %d", tk, i, lo)
+				}
+				n := count(t, sh, "SELECT COUNT(*) FROM followers WHERE author_id = ? AND user_id > ? AND user_id <= ?", author, tk.Lo, tk.Hi)
+				if last := i == len(tasks)-1; last {
+					if tk.Hi != math.MaxUint64 {
+						t.Errorf("last task ends at %d, want open-ended", tk.Hi)
+					}
+				} else if n != c.taskSize {
+					t.Errorf("task %d covers %d followers, want %d", i, n, c.taskSize)
+				}
+				lo = tk.Hi
+			}
+			d, err := st.GetDelivery(t.Context(), author, id)
+			must(t, err)
+			want := feed.Delivery{State: feed.DeliveryRunning, Mode: feed.ModePush, Recipients: int64(c.followers)}
+			if c.tasks == 0 {
+				want.State = feed.DeliveryDone
+			}
+			if d != want {
+				t.Errorf("delivery = %+v, want %+v", d, want)
+			}
+		})
+	}
+}
+
+func TestRunTaskBatch(t *testing.T) {
+	t.Parallel()
+
+	t.Run("delivers exactly once to every follower across shards", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 2)
+		author := idOn(st, 1, 1)
+		var users []uint64
+		for i := range uint64(2500) {
+			users = append(users, 100+i)
+		}
+		followMany(t, st, author, users)
+		publish(t, st, author, 42, t0)
+
+		res := plan(t, st, author, t0, store.PlanOptions{TaskSize: 1000})
+		if len(res) != 1 || res[0].Tasks != 3 || res[0].Recipients != 2500 {
+			t.Fatalf("plan = %+v", res)
+		}
+		home := st.ShardOf(author)
+		tasks, err := st.ClaimTasks(t.Context(), home, t0, t0+lease, 10, newToken())
+		must(t, err)
+		if len(tasks) != 3 {
+			t.Fatalf("claimed %d tasks", len(tasks))
+		}
+		opt := store.BatchOptions{Size: 300, LeaseUntil: t0 + lease}
+		// One batch of the first task: the delivery reports progress.
+		first, err := st.RunTaskBatch(t.Context(), &tasks[0], opt)
+		must(t, err)
+		if len(first.Users) != 300 || first.Written != 300 || first.TaskDone {
+			t.Fatalf("first batch: %d users, %d written, done=%v", len(first.Users), first.Written, first.TaskDone)
+		}
+		d, err := st.GetDelivery(t.Context(), author, 42)
+		must(t, err)
+		if d != (feed.Delivery{State: feed.DeliveryRunning, Mode: feed.ModePush, Recipients: 2500, Delivered: 300}) {
+			t.Errorf("delivery mid-way = %+v", d)
+		}
+		// A crash after the other shard committed but before the home
+		// transaction did leaves inbox rows the replay must not repeat:
+		// write the next batch's rows on the other shard by hand.
+		other := st.Shards()[0]
+		var pre [][]any
+		for u := uint64(400); u < 700; u++ {
+			if st.ShardOf(u) == other {
+				pre = append(pre, []any{u, t0, 42, author, feed.KindPost})
+			}
+		}
+		insertRows(t, other.DB, "INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind)", pre)
+
+		var written int64
+		for i := range tasks {
+			for done := false; !done; {
+				r, err := st.RunTaskBatch(t.Context(), &tasks[i], opt)
+				must(t, err)
+				written += r.Written
+				done = r.TaskDone
+			}
+		}
+		if want := int64(2500 - 300 - len(pre)); written != want {
+			t.Errorf("wrote %d rows after the first batch, want %d", written, want)
+		}
+		if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id = 42 AND user_id <> ?", author); n != 2500 {
+			t.Errorf("%d inbox rows, want 2500", n)
+		}
+		if n := countAll(t, st, "SELECT COUNT(DISTINCT user_id) FROM inbox WHERE content_id = 42 AND user_id BETWEEN 100 AND 2599"); n != 2500 {
+			t.Errorf("%d distinct followers reached, want 2500", n)
+		}
+		for i, sh := range st.Shards() {
+			if n := count(t, sh, "SELECT COUNT(*) FROM inbox WHERE content_id = 42"); n < 1000 {
+				t.Errorf("shard %d got only %d inbox rows: followers not spread", i, n)
+			}
+		}
+		d, err = st.GetDelivery(t.Context(), author, 42)
+		must(t, err)
+		if d != (feed.Delivery{State: feed.DeliveryDone, Mode: feed.ModePush, Recipients: 2500, Delivered: 2500}) {
+			t.Errorf("delivery = %+v, want done 2500/2500", d)
+		}
+		if n := count(t, home, "SELECT COUNT(*) FROM fanout_tasks"); n != 0 {
+			t.Errorf("%d tasks left after the delivery finished", n)
+		}
+		b, err := st.Backlog(t.Context())
+		must(t, err)
+		if !b.Idle() {
+			t.Errorf("backlog %+v, want idle", b)
+		}
+	})
+
+	t.Run("stale token writes nothing on any shard", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 2)
+		author := idOn(st, 0, 1)
+		users := append(idsOn(st, 0, 100, 5), idsOn(st, 1, 100, 5)...)
+		followMany(t, st, author, users)
+		publish(t, st, author, 42, t0)
+		plan(t, st, author, t0, store.PlanOptions{TaskSize: 1000})
+		home := st.ShardOf(author)
+		old, err := st.ClaimTasks(t.Context(), home, t0, t0+1000, 1, newToken())
+		must(t, err)
+		cur, err := st.ClaimTasks(t.Context(), home, t0+2000, t0+lease, 1, newToken())
+		must(t, err)
+		if len(old) != 1 || len(cur) != 1 {
+			t.Fatalf("claims %+v then %+v", old, cur)
+		}
+
+		_, err = st.RunTaskBatch(t.Context(), &old[0], store.BatchOptions{Size: 100, LeaseUntil: t0 + lease})
+		if !errors.Is(err, store.ErrLostClaim) {
+			t.Fatalf("stale batch: %v, want ErrLostClaim", err)
+		}
+		if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id = 42 AND user_id <> ?", author); n != 0 {
+			t.Errorf("stale batch wrote %d inbox rows", n)
+		}
+		// ReleaseTask with the stale token leaves the current claim alone.
+		must(t, st.ReleaseTask(t.Context(), &old[0]))
+		if again, _ := st.ClaimTasks(t.Context(), home, t0+2001, t0+lease, 1, newToken()); len(again) != 0 {
+			t.Fatal("a stale release freed the task")
+		}
+		r, err := st.RunTaskBatch(t.Context(), &cur[0], store.BatchOptions{Size: 100, LeaseUntil: t0 + lease})
+		must(t, err)
+		if !r.TaskDone || r.Written != 10 {
+			t.Errorf("current claimant: %+v", r)
+		}
+	})
+
+	t.Run("delete while pushing: the pusher writes nothing on any shard", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 2)
+		author := idOn(st, 0, 1)
+		users := append(idsOn(st, 0, 100, 5), idsOn(st, 1, 100, 5)...)
+		followMany(t, st, author, users)
+		publish(t, st, author, 42, t0)
+		plan(t, st, author, t0, store.PlanOptions{TaskSize: 1000})
+		tasks, err := st.ClaimTasks(t.Context(), st.ShardOf(author), t0, t0+lease, 1, newToken())
+		must(t, err)
+		must(t, st.DeletePost(t.Context(), author, 42))
+
+		_, err = st.RunTaskBatch(t.Context(), &tasks[0], store.BatchOptions{Size: 100, LeaseUntil: t0 + lease})
+		if !errors.Is(err, store.ErrLostClaim) {
+			t.Fatalf("pusher after delete: %v, want ErrLostClaim", err)
+		}
+		if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id = 42"); n != 0 {
+			t.Errorf("%d inboxes hold the deleted post", n)
+		}
+	})
+
+	t.Run("delete racing with workers leaves no copy", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 2)
+		author := idOn(st, 0, 1)
+		var users []uint64
+		for i := range uint64(600) {
+			users = append(users, 100+i)
+		}
+		followMany(t, st, author, users)
+		publish(t, st, author, 42, t0)
+		home := st.ShardOf(author)
+
+		ctx, cancel := context.WithCancel(t.Context())
+		var clock atomic.Int64
+		started := make(chan struct{})
+		var startOnce sync.Once
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for w := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for ctx.Err() == nil {
+					now := t0 + clock.Add(1)
+					jobs, err := st.ClaimDeliveries(ctx, home, now, now+lease, 1, newToken())
+					for _, j := range jobs {
+						if err == nil {
+							_, err = st.PlanDelivery(ctx, j, store.PlanOptions{TaskSize: 100})
+						}
+					}
+					tasks, err2 := st.ClaimTasks(ctx, home, now, now+lease, 1, newToken())
+					if err = errors.Join(err, err2); err != nil {
+						if ctx.Err() == nil {
+							errs[w] = err
+						}
+						return
+					}
+					for i := range tasks {
+						for {
+							r, err := st.RunTaskBatch(ctx, &tasks[i], store.BatchOptions{Size: 25, LeaseUntil: now + lease})
+							lost := errors.Is(err, store.ErrLostClaim)
+							if lost {
+								err = st.ReleaseTask(ctx, &tasks[i])
+							}
+							if err != nil {
+								if ctx.Err() == nil {
+									errs[w] = err
+								}
+								return
+							}
+							startOnce.Do(func() { close(started) })
+							if lost || r.TaskDone {
+								break
+							}
+						}
+					}
+				}
+			}()
+		}
+		<-started
+		must(t, st.DeletePost(t.Context(), author, 42))
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			if time.Now().After(deadline) {
+				b, _ := st.Backlog(t.Context())
+				state, retract := deliveryRow(t, st, author, 42)
+				t.Errorf("not at rest after 20s: delivery state %d retract %v, backlog %+v", state, retract, b)
+				break
+			}
+			state, retract := deliveryRow(t, st, author, 42)
+			b, err := st.Backlog(t.Context())
+			must(t, err)
+			if state == 2 && retract && b.Idle() {
+				break
+			}
+			if err := errors.Join(errs...); err != nil {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+		wg.Wait()
+		must(t, errors.Join(errs...))
+		if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id = 42"); n != 0 {
+			t.Errorf("%d inboxes hold the deleted post at rest", n)
+		}
+	})
+
+	t.Run("concurrent last batches complete the delivery", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		sh := st.Shards()[0]
+		followMany(t, st, 1, []uint64{100, 101, 102, 103, 104, 105})
+		publish(t, st, 1, 42, t0)
+		plan(t, st, 1, t0, store.PlanOptions{TaskSize: 3})
+		tasks, err := st.ClaimTasks(t.Context(), sh, t0, t0+lease, 2, newToken())
+		must(t, err)
+		if len(tasks) != 2 {
+			t.Fatalf("claimed %d tasks, want 2", len(tasks))
+		}
+		// Hold the delivery row so that both final batches begin (and take
+		// their read views) before either commits.
+		conn, err := sh.DB.Connx(t.Context())
+		must(t, err)
+		defer conn.Close()
+		mustExec(t, conn, "BEGIN")
+		mustExec(t, conn, "SELECT state FROM deliveries WHERE content_id = 42 FOR UPDATE")
+		errs := make(chan error, 2)
+		for i := range tasks {
+			go func() {
+				_, err := st.RunTaskBatch(t.Context(), &tasks[i], store.BatchOptions{Size: 10, LeaseUntil: t0 + lease})
+				errs <- err
+			}()
+		}
+		waitBlocked(t, sh, "SELECT state FROM deliveries WHERE content_id = 42 FOR UPDATE", 2)
+		mustExec(t, conn, "COMMIT")
+		must(t, errors.Join(<-errs, <-errs))
+		d, err := st.GetDelivery(t.Context(), 1, 42)
+		must(t, err)
+		if d != (feed.Delivery{State: feed.DeliveryDone, Mode: feed.ModePush, Recipients: 6, Delivered: 6}) {
+			t.Errorf("delivery = %+v, want done 6/6", d)
+		}
+		if n := count(t, sh, "SELECT COUNT(*) FROM fanout_tasks"); n != 0 {
+			t.Errorf("%d tasks left", n)
+		}
+	})
+
+	t.Run("push_active writes only to recent readers", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 2)
+		author := idOn(st, 0, 1)
+		users := append(idsOn(st, 0, 100, 6), idsOn(st, 1, 100, 6)...)
+		slices.Sort(users)
+		followMany(t, st, author, users)
+		mustExec(t, st.ShardOf(author).DB, "UPDATE authors SET mode = ? WHERE author_id = ?", store.AuthorPull, author)
+		const day = 24 * 3600 * 1000
+		activeAfter := t0 - 7*day
+		var active []uint64
+		for i, u := range users {
+			switch i % 3 {
+			case 0: // read an hour ago
+				must(t, st.MarkRead(t.Context(), u, t0-3600_000, t0-3600_000, 0))
+				active = append(active, u)
+			case 1: // read exactly at the cutoff
+				must(t, st.MarkRead(t.Context(), u, activeAfter, activeAfter, 0))
+				active = append(active, u)
+			case 2: // read before the window
+				must(t, st.MarkRead(t.Context(), u, activeAfter-1, activeAfter-1, 0))
+			}
+		}
+		never := idOn(st, 1, 5000) // follows but never read: no user_state row
+		followMany(t, st, author, []uint64{never})
+		mustExec(t, st.ShardOf(never).DB, "DELETE FROM user_state WHERE user_id = ?", never)
+
+		publish(t, st, author, 42, t0)
+		res := plan(t, st, author, t0, store.PlanOptions{TaskSize: 5})
+		if len(res) != 1 || res[0].Mode != store.ModePushActive {
+			t.Fatalf("plan = %+v, want push_active", res)
+		}
+		runAllTasks(t, st, t0, store.BatchOptions{Size: 4, ActiveAfter: activeAfter})
+
+		var reached []uint64
+		for _, u := range append(slices.Clone(users), never) {
+			if slices.Contains(inbox(t, st, u), 42) {
+				reached = append(reached, u)
+			}
+		}
+		if !slices.Equal(reached, active) {
+			t.Errorf("reached %v, want the active %v", reached, active)
+		}
+		d, err := st.GetDelivery(t.Context(), author, 42)
+		must(t, err)
+		if d != (feed.Delivery{State: feed.DeliveryDone, Mode: feed.ModePushActive, Recipients: 13, Delivered: 13}) {
+			t.Errorf("delivery = %+v", d)
+		}
+	})
+
+	t.Run("push skips users who no longer follow", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 2)
+		author := idOn(st, 0, 1)
+		users := append(idsOn(st, 0, 100, 3), idsOn(st, 1, 100, 3)...)
+		for _, u := range users {
+			follow(t, st, u, author)
+		}
+		// Two unfollow; their events have not run, so the followers rows
+		// (the candidates) remain.
+		gone := []uint64{users[1], users[4]}
+		for _, u := range gone {
+			must(t, st.Unfollow(t.Context(), u, author, t0))
+		}
+		publish(t, st, author, 42, t0)
+		deliver(t, st, author, t0)
+		for _, u := range users {
+			has := slices.Contains(inbox(t, st, u), 42)
+			if want := !slices.Contains(gone, u); has != want {
+				t.Errorf("user %d has the post: %v, want %v", u, has, want)
+			}
+		}
+	})
+
+	t.Run("retraction removes the post from every inbox", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 2)
+		author := idOn(st, 1, 1)
+		var users []uint64
+		for i := range uint64(700) {
+			users = append(users, 100+i)
+		}
+		followMany(t, st, author, users)
+		publish(t, st, author, 42, t0)
+		publish(t, st, author, 43, t0+1)
+		deliver(t, st, author, t0)
+		if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id IN (42, 43)"); n != 2*701 {
+			t.Fatalf("%d inbox rows, want %d", n, 2*701)
+		}
+		must(t, st.DeletePost(t.Context(), author, 42))
+		plan(t, st, author, t0+1, store.PlanOptions{TaskSize: 250})
+		if n := count(t, st.ShardOf(author), "SELECT COUNT(*) FROM fanout_tasks WHERE retract = 1"); n != 3 {
+			t.Errorf("%d retraction tasks, want 3", n)
+		}
+		runAllTasks(t, st, t0+1, store.BatchOptions{Size: 100})
+		if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id = 42"); n != 0 {
+			t.Errorf("%d inboxes still hold the deleted post", n)
+		}
+		if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id = 43"); n != 701 {
+			t.Errorf("%d inboxes hold the other post, want 701", n)
+		}
+		d, err := st.GetDelivery(t.Context(), author, 42)
+		must(t, err)
+		if d.State != feed.DeliveryDone || d.Delivered != 700 {
+			t.Errorf("retraction = %+v, want done over 700", d)
+		}
+	})
+}
+
+// waitBlocked waits until n sessions on sh's database are running a
+// statement that starts with stmt: with the lock it needs held elsewhere,
+// they are blocked on it.
+func waitBlocked(t *testing.T, sh *store.Shard, stmt string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		running := count(t, sh, `SELECT COUNT(*) FROM information_schema.processlist
+WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' AND info LIKE CONCAT(?, '%')`, stmt)
+		if running >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sessions run %q after 30s, want %d", running, stmt, n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}

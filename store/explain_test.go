@@ -1,0 +1,227 @@
+package store_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/feedhq/feed/store"
+)
+
+// planRow is one row of EXPLAIN, by lower-cased column name: MySQL 8 and
+// MariaDB return slightly different column sets.
+type planRow map[string]string
+
+func (r planRow) String() string {
+	return fmt.Sprintf("table=%s type=%s key=%s rows=%s extra=%q", r["table"], r["type"], r["key"], r["rows"], r["extra"])
+}
+
+func explain(t *testing.T, sh *store.Shard, q string, args ...any) []planRow {
+	t.Helper()
+	rows, err := sh.DB.QueryxContext(t.Context(), "EXPLAIN "+q, args...)
+	if err != nil {
+		t.Fatalf("explain: %v\n%s", err, q)
+	}
+	defer rows.Close()
+	var out []planRow
+	for rows.Next() {
+		m := map[string]any{}
+		if err := rows.MapScan(m); err != nil {
+			t.Fatal(err)
+		}
+		r := planRow{}
+		for k, v := range m {
+			switch v := v.(type) {
+			case nil:
+				r[strings.ToLower(k)] = ""
+			case []byte:
+				r[strings.ToLower(k)] = string(v)
+			default:
+				r[strings.ToLower(k)] = fmt.Sprint(v)
+			}
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The hot reads must be backward range scans of a clustered primary key with
+// no sort: the page costs O(limit) however long the inbox or outbox is. The
+// keyset condition is written long-hand for this (see keysetOlder).
+func TestExplainRangeScans(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1)
+	sh := st.Shards()[0]
+
+	// Realistic tables: 40 users × 150 inbox rows, 40 authors × 150 posts
+	// with many equal publish times, 3 authors × 1000 followers.
+	const users, per = 40, 150
+	var inboxRows, postRows, followerRows, followingRows [][]any
+	for u := uint64(1); u <= users; u++ {
+		for i := range uint64(per) {
+			tm := t0 - int64(i/3)*1000
+			id := u*10_000 + i
+			inboxRows = append(inboxRows, []any{u, tm, id, u + 1000, "post"})
+			postRows = append(postRows, []any{u, tm, id, "post", 0, t0})
+			if i%10 == 0 {
+				postRows[len(postRows)-1][4] = 1 // some deleted
+			}
+		}
+		for a := uint64(1); a <= 30; a++ {
+			followingRows = append(followingRows, []any{u, u*100 + a, t0, a % 3})
+		}
+	}
+	for a := uint64(1); a <= 3; a++ {
+		for u := uint64(1); u <= 1000; u++ {
+			followerRows = append(followerRows, []any{a, u, t0})
+		}
+	}
+	insertRows(t, sh.DB, "INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind)", inboxRows)
+	insertRows(t, sh.DB, "INSERT INTO posts (author_id, publish_time, content_id, kind, deleted, created_at)", postRows)
+	insertRows(t, sh.DB, "INSERT INTO followers (author_id, user_id, followed_at)", followerRows)
+	insertRows(t, sh.DB, "INSERT INTO following (user_id, author_id, followed_at, pull)", followingRows)
+	for u := uint64(1); u <= users; u++ {
+		must(t, st.MarkRead(t.Context(), u, t0, t0, t0-1))
+	}
+	// Queue tables as they usually are: a few ready rows among many done or
+	// leased ones, where the claim index looks cheapest to the optimizer.
+	var deliveryRows, taskRows, eventRows, authorRows [][]any
+	for i := range uint64(300) {
+		ready := i%30 == 0
+		state, done, until, mode := 2, 1, t0+lease, 0
+		if ready {
+			state, done, until, mode = 0, 0, 0, 1
+		}
+		deliveryRows = append(deliveryRows, []any{1000 + i, 1 + i%40, t0, "post", state, t0})
+		taskRows = append(taskRows, []any{1000 + i/4, i % 4, 1, t0, "post", 0, 0, 0, 0, done})
+		eventRows = append(eventRows, []any{1 + i%40, 1000 + i, t0, until})
+		authorRows = append(authorRows, []any{1000 + i, mode})
+	}
+	insertRows(t, sh.DB, "INSERT INTO deliveries (content_id, author_id, publish_time, kind, state, created_at)", deliveryRows)
+	insertRows(t, sh.DB, "INSERT INTO fanout_tasks (content_id, seq, author_id, publish_time, kind, mode, lo, hi, last_user, done)", taskRows)
+	insertRows(t, sh.DB, "INSERT INTO follow_events (user_id, author_id, created_at, claimed_until)", eventRows)
+	insertRows(t, sh.DB, "INSERT INTO authors (author_id, mode)", authorRows)
+	for _, tbl := range []string{"inbox", "posts", "followers", "following", "user_state", "deliveries", "fanout_tasks", "follow_events", "authors"} {
+		mustExec(t, sh.DB, "ANALYZE TABLE "+tbl)
+	}
+
+	top := store.Top
+	mid := struct {
+		t  int64
+		id uint64
+	}{t0 - 20_000, 7*10_000 + 61}
+
+	// rangeScan asserts that every plan row of table is a range scan of
+	// the primary key without a filesort.
+	rangeScan := func(t *testing.T, plan []planRow, table string, types ...string) {
+		t.Helper()
+		if len(types) == 0 {
+			types = []string{"range"}
+		}
+		seen := 0
+		for _, r := range plan {
+			if r["table"] != table {
+				continue
+			}
+			seen++
+			if r["key"] != "PRIMARY" || !slices.Contains(types, r["type"]) || strings.Contains(strings.ToLower(r["extra"]), "filesort") {
+				t.Errorf("plan of %s: %v; want key PRIMARY, type %v, no filesort", table, r, types)
+			}
+		}
+		if seen == 0 {
+			t.Errorf("no plan row for table %s in %v", table, plan)
+		}
+		for _, r := range plan {
+			if strings.Contains(strings.ToLower(r["extra"]), "filesort") {
+				t.Errorf("filesort in plan: %v", r)
+			}
+		}
+	}
+
+	t.Run("feed page inbox part", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			t  int64
+			id uint64
+		}{{top.PublishTime, top.ContentID}, {mid.t, mid.id}} {
+			plan := explain(t, sh, store.FeedPageSQL, 7, c.t, c.t, c.id, 21, 7, 7, 7)
+			rangeScan(t, plan, "inbox")
+		}
+	})
+
+	t.Run("list posts", func(t *testing.T) {
+		t.Parallel()
+		rangeScan(t, explain(t, sh, store.ListPostsSQL, 7, top.PublishTime, top.PublishTime, top.ContentID, 21), "posts")
+		rangeScan(t, explain(t, sh, store.ListPostsSQL, 7, mid.t, mid.t, mid.id, 21), "posts")
+	})
+
+	t.Run("pull one author", func(t *testing.T) {
+		t.Parallel()
+		rangeScan(t, explain(t, sh, store.PullPartSQL, 7, mid.t, mid.t, mid.id, 21), "posts")
+	})
+
+	t.Run("pull union of authors", func(t *testing.T) {
+		t.Parallel()
+		var parts []string
+		var args []any
+		for a := uint64(3); a <= 12; a++ {
+			parts = append(parts, store.PullPartSQL)
+			args = append(args, a, mid.t, mid.t, a*10_000+61, 21)
+		}
+		plan := explain(t, sh, strings.Join(parts, " UNION ALL "), args...)
+		rangeScan(t, plan, "posts")
+		n := 0
+		for _, r := range plan {
+			if r["table"] == "posts" {
+				n++
+			}
+		}
+		if n != 10 {
+			t.Errorf("%d posts rows in the plan, want 10: %v", n, plan)
+		}
+	})
+
+	t.Run("fan-out followers page", func(t *testing.T) {
+		t.Parallel()
+		rangeScan(t, explain(t, sh, store.FollowersPageSQL, 2, 300, uint64(1<<64-1), 300), "followers")
+	})
+
+	t.Run("list following", func(t *testing.T) {
+		t.Parallel()
+		rangeScan(t, explain(t, sh, store.ListFollowingSQL, 7, 705, 20), "following")
+	})
+
+	// A claim takes its candidates by primary key and locks nothing else:
+	// scanning the claim index (every ready row) or the whole table would
+	// lock rows other workers hold.
+	t.Run("claim update", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			table string
+			key   func(i uint64) []any
+		}{
+			{"deliveries", func(i uint64) []any { return []any{1000 + i*30} }},
+			{"fanout_tasks", func(i uint64) []any { return []any{1000 + i*30/4, i * 30 % 4} }},
+			{"follow_events", func(i uint64) []any { return []any{1 + (i*30)%40, 1000 + i*30} }},
+			{"authors", func(i uint64) []any { return []any{1000 + i*30} }},
+		} {
+			for _, n := range []int{1, 3} {
+				args := []any{uint64(1), t0 + lease, t0 + 1}
+				for i := range uint64(n) {
+					args = append(args, c.key(i)...)
+				}
+				rangeScan(t, explain(t, sh, store.ClaimUpdateSQL(c.table, n), args...), c.table)
+			}
+		}
+	})
+
+	t.Run("trim rank lookup", func(t *testing.T) {
+		t.Parallel()
+		// No keyset bound: a ref (or range) read of the key prefix, in order.
+		rangeScan(t, explain(t, sh, store.NewestKeysSQL, 7, 100), "inbox", "ref", "range")
+	})
+}

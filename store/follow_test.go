@@ -1,0 +1,405 @@
+package store_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+)
+
+func TestFollow(t *testing.T) {
+	t.Parallel()
+
+	// Subtests share the store, each with its own users.
+	st := newStore(t, 2)
+
+	t.Run("creates a pending edge and its event; repeat does nothing", func(t *testing.T) {
+		t.Parallel()
+		user, author := idOn(st, 0, 5000), idOn(st, 1, 5000)
+
+		created, err := st.Follow(t.Context(), user, author, maxFollowing, t0)
+		must(t, err)
+		if !created {
+			t.Fatal("first follow: created=false")
+		}
+		created, err = st.Follow(t.Context(), user, author, maxFollowing, t0+1)
+		must(t, err)
+		if created {
+			t.Error("repeat follow: created=true")
+		}
+		f, err := st.GetFollowing(t.Context(), user, author)
+		must(t, err)
+		if f != (feed.Follow{UserID: user, AuthorID: author, FollowedAt: t0}) {
+			t.Errorf("following = %+v", f)
+		}
+		// Reads merge the author's outbox until the backfill lands.
+		snap := snapshot(t, st, user)
+		if !slices.Equal(snap.Pull, []store.PullAuthor{{AuthorID: author, Pull: store.PullPending}}) {
+			t.Errorf("pull authors = %+v, want %d pending", snap.Pull, author)
+		}
+		sh := st.ShardOf(user)
+		if n := count(t, sh, "SELECT COUNT(*) FROM follow_events WHERE user_id = ? AND author_id = ? AND version = 1", user, author); n != 1 {
+			t.Errorf("%d follow events at version 1, want 1", n)
+		}
+		authors, err := st.FollowedAuthors(t.Context(), user)
+		must(t, err)
+		if !slices.Equal(authors, []uint64{author}) {
+			t.Errorf("FollowedAuthors = %v", authors)
+		}
+		// The author's shard learns of it only through the event.
+		if n := countAll(t, st, "SELECT COUNT(*) FROM followers WHERE author_id = ?", author); n != 0 {
+			t.Errorf("%d followers rows before the event ran", n)
+		}
+	})
+
+	t.Run("cap", func(t *testing.T) {
+		t.Parallel()
+		const user = 3
+		for a := uint64(2); a <= 4; a++ {
+			if _, err := st.Follow(t.Context(), user, a, 3, t0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_, err := st.Follow(t.Context(), user, 5, 3, t0)
+		wantCode(t, err, feed.ELIMIT)
+		// Following someone already followed is not over the cap.
+		created, err := st.Follow(t.Context(), user, 4, 3, t0)
+		if err != nil || created {
+			t.Errorf("repeat at the cap: created=%v err=%v", created, err)
+		}
+		must(t, st.Unfollow(t.Context(), user, 2, t0))
+		if _, err := st.Follow(t.Context(), user, 5, 3, t0); err != nil {
+			t.Errorf("follow after an unfollow freed a place: %v", err)
+		}
+	})
+
+	t.Run("concurrent follows never exceed the cap", func(t *testing.T) {
+		t.Parallel()
+		must(t, st.MarkRead(t.Context(), 2, t0, t0, t0)) // user 2 has a state row already
+		for _, user := range []uint64{1, 2} {
+			concurrentFollows(t, st, user)
+		}
+	})
+}
+
+// concurrentFollows races 20 follows of one user against a cap of 10: exactly
+// 10 succeed, and none fails otherwise (no deadlock escapes the retries).
+func concurrentFollows(t *testing.T, st *store.Store, user uint64) {
+	t.Helper()
+	{
+		const capacity, tries = 10, 20
+		var wg sync.WaitGroup
+		errs := make([]error, tries)
+		for i := range tries {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = st.Follow(t.Context(), user, uint64(100+i), capacity, t0)
+			}()
+		}
+		wg.Wait()
+		ok, limited := 0, 0
+		for _, err := range errs {
+			switch feed.ErrorCode(err) {
+			case "":
+				ok++
+			case feed.ELIMIT:
+				limited++
+			default:
+				t.Errorf("follow: %v", err)
+			}
+		}
+		n := count(t, st.ShardOf(user), "SELECT COUNT(*) FROM following WHERE user_id = ?", user)
+		if ok != capacity || limited != tries-capacity || n != capacity {
+			t.Errorf("user %d: %d follows succeeded, %d hit the cap, %d edges; want %d, %d, %d", user, ok, limited, n, capacity, tries-capacity, capacity)
+		}
+	}
+}
+
+func TestUnfollow(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 2)
+	user := idOn(st, 0, 1)
+	a, b := idOn(st, 1, 1), idOn(st, 0, user+1)
+	follow(t, st, user, a)
+	follow(t, st, user, b)
+	publish(t, st, a, 10, t0)
+	publish(t, st, b, 20, t0+1)
+	publish(t, st, user, 30, t0+2)
+	publish(t, st, a, 11, t0+3)
+	deliver(t, st, a, t0)
+	deliver(t, st, b, t0)
+	if got := inbox(t, st, user); !slices.Equal(got, []uint64{11, 30, 20, 10}) {
+		t.Fatalf("inbox before = %v", got)
+	}
+	events := func() int {
+		return count(t, st.ShardOf(user), "SELECT COALESCE(SUM(version), 0) FROM follow_events WHERE user_id = ? AND author_id = ?", user, a)
+	}
+	v := events()
+
+	must(t, st.Unfollow(t.Context(), user, a, t0+10))
+
+	if got := inbox(t, st, user); !slices.Equal(got, []uint64{30, 20}) {
+		t.Errorf("inbox after = %v, want only b's and the user's own", got)
+	}
+	_, err := st.GetFollowing(t.Context(), user, a)
+	wantCode(t, err, feed.ENOTFOUND)
+	if got := events(); got != v+1 {
+		t.Errorf("event version %d → %d, want a bump", v, got)
+	}
+
+	t.Run("idempotent", func(t *testing.T) {
+		must(t, st.Unfollow(t.Context(), user, a, t0+11))
+		if got := events(); got != v+1 {
+			t.Errorf("second unfollow bumped the event to %d", got)
+		}
+		must(t, st.Unfollow(t.Context(), user, 999, t0+11))
+		if n := count(t, st.ShardOf(user), "SELECT COUNT(*) FROM follow_events WHERE author_id = 999"); n != 0 {
+			t.Errorf("unfollowing a stranger queued %d events", n)
+		}
+	})
+}
+
+func TestListFollows(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 2)
+	user, author := idOn(st, 0, 1), idOn(st, 1, 1)
+	var authors, users []uint64
+	for i := range uint64(25) {
+		a, u := 1000+i*7, 5000+i*3
+		authors, users = append(authors, a), append(users, u)
+		if _, err := st.Follow(t.Context(), user, a, maxFollowing, t0+int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.AddFollower(t.Context(), feed.Follow{UserID: u, AuthorID: author, FollowedAt: t0 + int64(i)}, noThreshold); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	pageAll := func(list func(after uint64) ([]feed.Follow, error), key func(feed.Follow) uint64) []feed.Follow {
+		var all []feed.Follow
+		after := uint64(0)
+		for {
+			page, err := list(after)
+			must(t, err)
+			all = append(all, page...)
+			if len(page) < 10 {
+				return all
+			}
+			after = key(page[len(page)-1])
+		}
+	}
+
+	t.Run("following", func(t *testing.T) {
+		t.Parallel()
+		got := pageAll(func(after uint64) ([]feed.Follow, error) { return st.ListFollowing(t.Context(), user, after, 10) },
+			func(f feed.Follow) uint64 { return f.AuthorID })
+		if len(got) != 25 {
+			t.Fatalf("%d follows, want 25", len(got))
+		}
+		for i, f := range got {
+			if f != (feed.Follow{UserID: user, AuthorID: authors[i], FollowedAt: t0 + int64(i)}) {
+				t.Errorf("item %d = %+v", i, f)
+			}
+		}
+	})
+
+	t.Run("followers", func(t *testing.T) {
+		t.Parallel()
+		got := pageAll(func(after uint64) ([]feed.Follow, error) { return st.ListFollowers(t.Context(), author, after, 10) },
+			func(f feed.Follow) uint64 { return f.UserID })
+		if len(got) != 25 {
+			t.Fatalf("%d followers, want 25", len(got))
+		}
+		for i, f := range got {
+			if f != (feed.Follow{UserID: users[i], AuthorID: author, FollowedAt: t0 + int64(i)}) {
+				t.Errorf("item %d = %+v", i, f)
+			}
+		}
+	})
+
+	t.Run("remove follower", func(t *testing.T) {
+		t.Parallel()
+		const author = 77_777
+		follow(t, st, 2, author)
+		follow(t, st, 3, author)
+		must(t, st.RemoveFollower(t.Context(), author, 2))
+		must(t, st.RemoveFollower(t.Context(), author, 2)) // idempotent
+		got, err := st.ListFollowers(t.Context(), author, 0, 10)
+		must(t, err)
+		if len(got) != 1 || got[0].UserID != 3 {
+			t.Errorf("followers = %+v, want only 3", got)
+		}
+		if n := count(t, st.ShardOf(author), "SELECT follower_count FROM authors WHERE author_id = ?", author); n != 1 {
+			t.Errorf("follower_count = %d, want 1", n)
+		}
+	})
+}
+
+func TestSwitchToPull(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 2)
+	author := idOn(st, 0, 1)
+	const threshold = 4
+	followers := append(idsOn(st, 0, 100, 3), idsOn(st, 1, 100, 4)...)
+	slices.Sort(followers)
+	var modes []int
+	for _, u := range followers {
+		_, err := st.Follow(t.Context(), u, author, maxFollowing, t0)
+		must(t, err)
+		mode, err := st.AddFollower(t.Context(), feed.Follow{UserID: u, AuthorID: author, FollowedAt: t0}, threshold)
+		must(t, err)
+		modes = append(modes, mode)
+	}
+	// Counting is idempotent: adding an edge twice counts it once.
+	mode, err := st.AddFollower(t.Context(), feed.Follow{UserID: followers[0], AuthorID: author, FollowedAt: t0}, threshold)
+	must(t, err)
+	modes = append(modes, mode)
+	want := []int{store.AuthorPush, store.AuthorPush, store.AuthorPush, store.AuthorPush, store.AuthorSwitching, store.AuthorSwitching, store.AuthorSwitching, store.AuthorSwitching}
+	if !slices.Equal(modes, want) {
+		t.Fatalf("modes = %v, want %v (switch once the count passes %d)", modes, want, threshold)
+	}
+	if n := count(t, st.ShardOf(author), "SELECT follower_count FROM authors WHERE author_id = ?", author); n != len(followers) {
+		t.Errorf("follower_count = %d, want %d", n, len(followers))
+	}
+	b, err := st.Backlog(t.Context())
+	must(t, err)
+	if b.Switches != 1 {
+		t.Errorf("backlog %+v, want one switch", b)
+	}
+
+	jobs, err := st.ClaimSwitches(t.Context(), st.ShardOf(author), t0, t0+lease, 10, newToken())
+	must(t, err)
+	if len(jobs) != 1 || jobs[0].AuthorID != author {
+		t.Fatalf("claimed %+v", jobs)
+	}
+	if again, err := st.ClaimSwitches(t.Context(), st.ShardOf(author), t0, t0+lease, 10, newToken()); err != nil || len(again) != 0 {
+		t.Fatalf("claimed a claimed switch: %+v %v", again, err)
+	}
+	batches := 0
+	for done := false; !done; batches++ {
+		done, err = st.RunSwitchBatch(t.Context(), &jobs[0], 3, t0+lease)
+		must(t, err)
+	}
+	if batches != 3 {
+		t.Errorf("%d batches of 3 for 7 followers, want 3", batches)
+	}
+	for _, u := range followers {
+		snap := snapshot(t, st, u)
+		if !slices.Equal(snap.Pull, []store.PullAuthor{{AuthorID: author, Pull: store.PullPending | store.PullBelowActive}}) {
+			t.Errorf("user %d pull = %+v, want both bits", u, snap.Pull)
+		}
+	}
+	mode, err = st.AddFollower(t.Context(), feed.Follow{UserID: 9999, AuthorID: author, FollowedAt: t0}, threshold)
+	must(t, err)
+	if mode != store.AuthorPull {
+		t.Errorf("mode after the switch = %d, want pull", mode)
+	}
+	b, err = st.Backlog(t.Context())
+	must(t, err)
+	if b.Switches != 0 {
+		t.Errorf("backlog %+v, want no switch", b)
+	}
+	// A pull author's delivery pushes to active followers only, or to nobody.
+	publish(t, st, author, 1, t0)
+	if res := plan(t, st, author, t0, store.PlanOptions{TaskSize: 5}); len(res) != 1 || res[0].Mode != store.ModePushActive || res[0].Tasks != 2 {
+		t.Errorf("plan = %+v, want push_active in 2 tasks", res)
+	}
+	publish(t, st, author, 2, t0)
+	res := plan(t, st, author, t0, store.PlanOptions{TaskSize: 5, PullOnly: true})
+	if len(res) != 1 || res[0].Mode != store.ModePull || res[0].Tasks != 0 {
+		t.Errorf("plan = %+v, want pull without tasks", res)
+	}
+	d, err := st.GetDelivery(t.Context(), author, 2)
+	must(t, err)
+	if d != (feed.Delivery{State: feed.DeliveryDone, Mode: feed.ModePull, Recipients: 8, Delivered: 8}) {
+		t.Errorf("pull delivery = %+v", d)
+	}
+
+	t.Run("stale switch token", func(t *testing.T) {
+		st := newStore(t, 1)
+		for u := uint64(2); u <= 4; u++ {
+			if _, err := st.AddFollower(t.Context(), feed.Follow{UserID: u, AuthorID: 1, FollowedAt: t0}, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old, err := st.ClaimSwitches(t.Context(), st.Shards()[0], t0, t0+10, 1, newToken())
+		must(t, err)
+		cur, err := st.ClaimSwitches(t.Context(), st.Shards()[0], t0+11, t0+lease, 1, newToken())
+		must(t, err)
+		if len(old) != 1 || len(cur) != 1 {
+			t.Fatalf("claims %+v then %+v, want the expired one reclaimed", old, cur)
+		}
+		if _, err := st.RunSwitchBatch(t.Context(), &old[0], 10, t0+lease); err != store.ErrLostClaim {
+			t.Errorf("stale switch batch: %v, want ErrLostClaim", err)
+		}
+		if done, err := st.RunSwitchBatch(t.Context(), &cur[0], 10, t0+lease); err != nil || !done {
+			t.Errorf("switch batch: done=%v err=%v", done, err)
+		}
+	})
+}
+
+func TestFinishFollowEvent(t *testing.T) {
+	t.Parallel()
+
+	claimOne := func(t *testing.T, st *store.Store, now int64) store.FollowEvent {
+		t.Helper()
+		evs, err := st.ClaimFollowEvents(t.Context(), st.Shards()[0], now, now+lease, 10, newToken())
+		must(t, err)
+		if len(evs) != 1 {
+			t.Fatalf("claimed %d events, want 1", len(evs))
+		}
+		return evs[0]
+	}
+
+	t.Run("unchanged event is deleted", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		_, err := st.Follow(t.Context(), 1, 2, maxFollowing, t0)
+		must(t, err)
+		ev := claimOne(t, st, t0)
+		if ev.UserID != 1 || ev.AuthorID != 2 || ev.Version != 1 {
+			t.Fatalf("event %+v", ev)
+		}
+		gone, err := st.FinishFollowEvent(t.Context(), ev)
+		must(t, err)
+		if !gone {
+			t.Error("FinishFollowEvent = false for an unchanged event")
+		}
+		if b, err := st.Backlog(t.Context()); err != nil || !b.Idle() {
+			t.Errorf("backlog %+v %v, want idle", b, err)
+		}
+	})
+
+	t.Run("changed event is released to run again", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		_, err := st.Follow(t.Context(), 1, 2, maxFollowing, t0)
+		must(t, err)
+		ev := claimOne(t, st, t0)
+		must(t, st.Unfollow(t.Context(), 1, 2, t0+1)) // bumps the version meanwhile
+
+		gone, err := st.FinishFollowEvent(t.Context(), ev)
+		must(t, err)
+		if gone {
+			t.Fatal("FinishFollowEvent = true although the version changed")
+		}
+		// Released: claimable at once, at the new version.
+		again := claimOne(t, st, t0+2)
+		if again.Version != 2 {
+			t.Errorf("reclaimed version %d, want 2", again.Version)
+		}
+		// A stale token neither deletes nor releases it.
+		if gone, err := st.FinishFollowEvent(t.Context(), ev); err != nil || gone {
+			t.Errorf("stale finish: gone=%v err=%v", gone, err)
+		}
+		if evs, err := st.ClaimFollowEvents(t.Context(), st.Shards()[0], t0+3, t0+lease, 10, newToken()); err != nil || len(evs) != 0 {
+			t.Errorf("a stale finish released the event: %+v %v", evs, err)
+		}
+		if gone, err := st.FinishFollowEvent(t.Context(), again); err != nil || !gone {
+			t.Errorf("finish: gone=%v err=%v", gone, err)
+		}
+	})
+}

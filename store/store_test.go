@@ -1,0 +1,104 @@
+package store_test
+
+import (
+	"database/sql"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storetest"
+)
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func TestPingAndMigrate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("migrated store is ready; migrating again changes nothing", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 2)
+		must(t, st.Ping(t.Context()))
+		publish(t, st, 1, 10, t0)
+		must(t, st.Migrate(t.Context(), discard))
+		must(t, st.Migrate(t.Context(), discard))
+		must(t, st.Ping(t.Context()))
+		if _, err := st.GetPost(t.Context(), 1, 10); err != nil {
+			t.Errorf("post lost by a second migration: %v", err)
+		}
+	})
+
+	t.Run("unmigrated database is not ready", func(t *testing.T) {
+		t.Parallel()
+		st, err := store.Open(store.SingleShardMap(storetest.DatabaseDSN(t)))
+		must(t, err)
+		defer st.Close()
+		wantCode(t, st.Ping(t.Context()), feed.EUNAVAILABLE)
+		must(t, st.Migrate(t.Context(), discard))
+		must(t, st.Ping(t.Context()))
+	})
+
+	t.Run("migrate creates a missing database", func(t *testing.T) {
+		t.Parallel()
+		dsn := storetest.DatabaseDSN(t) // dropped again at cleanup
+		cfg, err := mysql.ParseDSN(dsn)
+		must(t, err)
+		admin, err := sql.Open("mysql", storetest.ServerDSN(t))
+		must(t, err)
+		defer admin.Close()
+		mustExec(t, admin, "DROP DATABASE `"+cfg.DBName+"`")
+		st, err := store.Open(store.SingleShardMap(dsn))
+		must(t, err)
+		defer st.Close()
+		must(t, st.Migrate(t.Context(), discard))
+		must(t, st.Ping(t.Context()))
+	})
+
+	t.Run("unreachable server is unavailable", func(t *testing.T) {
+		t.Parallel()
+		st, err := store.Open(store.SingleShardMap("root@tcp(127.0.0.1:1)/feed?timeout=1s"))
+		must(t, err)
+		defer st.Close()
+		wantCode(t, st.Ping(t.Context()), feed.EUNAVAILABLE)
+		_, err = st.GetPost(t.Context(), 1, 1)
+		wantCode(t, err, feed.EUNAVAILABLE)
+	})
+}
+
+func TestBacklog(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 2)
+	backlog := func() store.Backlog {
+		b, err := st.Backlog(t.Context())
+		must(t, err)
+		return b
+	}
+	if b := backlog(); !b.Idle() {
+		t.Fatalf("fresh store: %+v", b)
+	}
+	a0, a1 := idOn(st, 0, 1), idOn(st, 1, 1)
+	publish(t, st, a0, 10, t0)
+	publish(t, st, a1, 11, t0)
+	publish(t, st, a1, 12, t0)
+	for _, u := range append(idsOn(st, 0, 100, 3), idsOn(st, 1, 100, 2)...) {
+		_, err := st.Follow(t.Context(), u, a1, maxFollowing, t0)
+		must(t, err)
+		_, err = st.AddFollower(t.Context(), feed.Follow{UserID: u, AuthorID: a1, FollowedAt: t0}, 4)
+		must(t, err)
+	}
+	if b := backlog(); b != (store.Backlog{Deliveries: 3, FollowEvents: 5, Switches: 1}) || b.Idle() {
+		t.Errorf("backlog = %+v, want 3 deliveries, 5 follow events, 1 switch", b)
+	}
+	plan(t, st, a1, t0, store.PlanOptions{TaskSize: 2})
+	if b := backlog(); b.Deliveries != 1 || b.Tasks != 6 {
+		t.Errorf("after planning: %+v, want 1 delivery, 6 tasks", b)
+	}
+	runAllTasks(t, st, t0, store.BatchOptions{Size: 10})
+	plan(t, st, a0, t0, store.PlanOptions{TaskSize: 2})
+	if b := backlog(); b.Deliveries != 0 || b.Tasks != 0 {
+		t.Errorf("after delivering: %+v", b)
+	}
+}
