@@ -49,11 +49,8 @@ type Config struct {
 	TaskSize int
 	// BatchSize is how many followers one sub-task transaction writes.
 	BatchSize int
-	// Workers is the number of goroutines per shard for each of planning
-	// deliveries, running fan-out tasks and applying follow events. Most
-	// posts reach few followers, so planning one is as much work as
-	// running its single task: one planner per shard capped the publish
-	// rate the workers could follow.
+	// Workers is the number of fan-out goroutines per shard, and how many
+	// deliveries one shard plans, and follow events it applies, at a time.
 	Workers int
 	// Lease is how long a claim lasts before another worker may take over.
 	Lease time.Duration

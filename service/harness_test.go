@@ -37,7 +37,7 @@ type harnessOpts struct {
 	now        func() time.Time
 }
 
-// newHarness starts a service with fast polling and short leases; workers
+// newHarness starts a service with short leases on fresh databases; workers
 // stop when the test ends.
 func newHarness(t testing.TB, opt harnessOpts) *harness {
 	t.Helper()
@@ -51,7 +51,11 @@ func newHarness(t testing.TB, opt harnessOpts) *harness {
 		t.Fatalf("migrate: %v", err)
 	}
 	cfg := service.DefaultConfig()
-	cfg.PollInterval = 20 * time.Millisecond
+	// Wake-ups drive the workers within a process; polling is only the
+	// fallback (other processes' work, expired leases). Each idle harness
+	// polls about 14 loops, so a short interval loads the shared server
+	// for every test running beside it.
+	cfg.PollInterval = 100 * time.Millisecond
 	cfg.Lease = 2 * time.Second
 	if opt.configured != nil {
 		opt.configured(&cfg)

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
@@ -69,11 +70,11 @@ func (s *Service) RunWorkers(ctx context.Context, softStop time.Duration) {
 		wg.Go(func() { s.loop(ctx, work, name, step) })
 	}
 	for _, sh := range s.store.Shards() {
+		run("plan", func(ctx, work context.Context) (int, error) { return s.planDeliveries(work, sh) })
 		for range s.cfg.Workers {
-			run("plan", func(ctx, work context.Context) (int, error) { return s.planDeliveries(work, sh) })
 			run("fanout", func(ctx, work context.Context) (int, error) { return s.runTasks(ctx, work, sh) })
-			run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh) })
 		}
+		run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh) })
 		run("switch", func(ctx, work context.Context) (int, error) { return s.runSwitches(ctx, work, sh) })
 	}
 	wg.Wait()
@@ -117,25 +118,51 @@ func (s *Service) lease() (now, until int64) {
 	return t.UnixMilli(), t.Add(s.cfg.Lease).UnixMilli()
 }
 
-// planDeliveries plans a few newly published posts of the shard.
+// each calls fn for every item, at most n at a time, and returns the first
+// error. One loop per shard claims a batch of small jobs and runs them side
+// by side: as fast as a loop per worker, without multiplying idle polling.
+func each[T any](items []T, n int, fn func(T) error) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		slots = make(chan struct{}, n)
+	)
+	for _, it := range items {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if err := fn(it); err != nil {
+				mu.Lock()
+				first = cmp.Or(first, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// planDeliveries plans a few newly published posts of the shard, Workers at
+// a time: most posts reach few followers, so planning one costs as much as
+// running its single task, and one planner at a time capped the publish
+// rate the fan-out workers could follow.
 func (s *Service) planDeliveries(work context.Context, sh *store.Shard) (int, error) {
 	now, until := s.lease()
-	jobs, err := s.store.ClaimDeliveries(work, sh, now, until, 8, rand.Uint64())
+	jobs, err := s.store.ClaimDeliveries(work, sh, now, until, 2*s.cfg.Workers, rand.Uint64())
 	if err != nil {
 		return 0, err
 	}
 	opt := store.PlanOptions{TaskSize: s.cfg.TaskSize, PullOnly: s.cfg.ActiveDays == 0}
-	for i, job := range jobs {
+	err = each(jobs, s.cfg.Workers, func(job store.DeliveryJob) error {
 		res, err := s.store.PlanDelivery(work, job, opt)
 		if errors.Is(err, store.ErrLostClaim) {
-			continue
+			return nil
 		} else if err != nil {
 			rctx, cancel := releaseCtx(work)
-			for _, j := range jobs[i:] {
-				_ = s.store.ReleaseDelivery(rctx, j)
-			}
-			cancel()
-			return i, err
+			defer cancel()
+			_ = s.store.ReleaseDelivery(rctx, job)
+			return err
 		}
 		s.metrics.deliveries.WithLabelValues(modeName(res.Mode)).Inc()
 		if res.Tasks > 0 {
@@ -145,8 +172,9 @@ func (s *Service) planDeliveries(work context.Context, sh *store.Shard) (int, er
 		// samples: an author who publishes more than they read would grow
 		// it without bound. Planning samples it as a push would.
 		s.sampleTrims(work, []uint64{job.AuthorID})
-	}
-	return len(jobs), nil
+		return nil
+	})
+	return len(jobs), err
 }
 
 func modeName(mode int) string {
@@ -187,7 +215,12 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 			LeaseUntil:  until,
 		})
 		if errors.Is(err, store.ErrLostClaim) {
-			return 1, s.store.ReleaseTask(work, t)
+			// A delete turned the task into a removal (or another worker
+			// took it over): give it back and wake the workers to take it
+			// up as it is now.
+			err := s.store.ReleaseTask(work, t)
+			s.wake.notify()
+			return 1, err
 		} else if err != nil {
 			// The batch rolled back (its other-shard writes may have
 			// committed; a replay repeats them harmlessly).
@@ -225,36 +258,35 @@ func (s *Service) sampleTrims(ctx context.Context, users []uint64) {
 	}
 }
 
-// applyFollowEvents reconciles a few follow events of the shard: the author's
-// followers row is made to match the following row as it is now (so
-// repeated operations collapse to the last), and a live follow is
-// backfilled. An event that changed meanwhile runs again.
+// applyFollowEvents reconciles a few follow events of the shard, Workers at
+// a time: the author's followers row is made to match the following row as
+// it is now (so repeated operations collapse to the last), and a live
+// follow is backfilled. An event that changed meanwhile runs again; one
+// that failed or was not started before a stop is released.
 func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) (int, error) {
 	now, until := s.lease()
-	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, 16, rand.Uint64())
+	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, 4*s.cfg.Workers, rand.Uint64())
 	if err != nil {
 		return 0, err
 	}
-	for i, ev := range evs {
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		} else {
+	err = each(evs, s.cfg.Workers, func(ev store.FollowEvent) error {
+		err := ctx.Err()
+		if err == nil {
 			err = s.applyFollowEvent(work, ev)
 		}
 		if err != nil {
 			rctx, cancel := releaseCtx(work)
-			for _, e := range evs[i:] {
-				_ = s.store.ReleaseFollowEvent(rctx, e)
-			}
-			cancel()
+			defer cancel()
+			_ = s.store.ReleaseFollowEvent(rctx, ev)
 			if ctx.Err() != nil {
-				return i, nil
+				return nil // stopping, not failing
 			}
-			return i, err
+			return err
 		}
 		s.metrics.followEvents.Inc()
-	}
-	return len(evs), nil
+		return nil
+	})
+	return len(evs), err
 }
 
 func (s *Service) applyFollowEvent(ctx context.Context, ev store.FollowEvent) error {
@@ -273,7 +305,10 @@ func (s *Service) applyFollowEvent(ctx context.Context, ev store.FollowEvent) er
 	if err != nil {
 		return err
 	}
-	_, err = s.store.FinishFollowEvent(ctx, ev)
+	gone, err := s.store.FinishFollowEvent(ctx, ev)
+	if err == nil && !gone {
+		s.wake.notify() // changed meanwhile: released to run again
+	}
 	return err
 }
 
