@@ -28,10 +28,10 @@ import (
 // first limit items of the merge are the page. The read also marks the user
 // active.
 //
-// Returns EINVALID for a malformed cursor or a limit below 1.
+// Returns EINVALID for a malformed cursor or page size.
 func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]feed.Post, string, error) {
-	if page.Limit < 1 {
-		return nil, "", feed.Errorf(feed.EINVALID, "limit must be at least 1")
+	if err := checkPage(page); err != nil {
+		return nil, "", err
 	}
 	before, err := decodeCursor(cursorFeed, page.Cursor, store.Top)
 	if err != nil {
@@ -49,9 +49,7 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]fe
 		if pa.Pull&store.PullPending == 0 {
 			// Posts published after active_since were pushed; those at
 			// active_since and older are merged. The bound is exclusive,
-			// so it sits just above active_since: a post published at the
-			// very edge of the clock-skew allowance, at now + skew, is
-			// exactly at a new spell's start and was pushed to nobody.
+			// so it sits just above active_since.
 			bound = olderOf(before, feed.Key{PublishTime: activeSince + 1})
 		}
 		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound})
@@ -96,18 +94,20 @@ func (s *Service) deepScroll(ctx context.Context, userID uint64, before feed.Key
 
 // markRead records the read (at most once per activityGranularity) and
 // returns the start of the reader's active spell. A reader whose last read
-// is older than the active window, less the clock-skew margin, starts a new
-// spell now plus that margin: fan-out skipped it, so pull authors' posts up to
-// then are merged from their outboxes. The margin makes the reader stricter
-// than fan-out's own activity test, so clock differences between servers
-// cannot open a gap.
+// is older than the active window, less the clock-skew margin, was skipped
+// by fan-out, so it starts a new spell at now + 2×skew and pull authors'
+// posts up to then are merged from their outboxes. One skew covers the
+// future publish_times publish accepts (a post dated now + skew may be fanned
+// out before this read is recorded); the other covers clocks of other
+// servers. The margin in the inactivity test likewise makes the reader
+// stricter than fan-out's own activity test.
 func (s *Service) markRead(ctx context.Context, userID uint64, snap store.FeedSnapshot) int64 {
 	now := s.now()
 	skew := s.cfg.ClockSkew
 	inactiveBefore := now.Add(skew - s.activeWindow()).UnixMilli()
 	activeSince := snap.ActiveSince
 	if snap.LastReadAt < inactiveBefore {
-		activeSince = now.Add(skew).UnixMilli()
+		activeSince = now.Add(2 * skew).UnixMilli()
 	}
 	if now.UnixMilli()-snap.LastReadAt >= activityGranularity.Milliseconds() {
 		if err := s.store.MarkRead(ctx, userID, now.UnixMilli(), activeSince, inactiveBefore); err != nil {

@@ -892,8 +892,8 @@ func TestFeedReactivation(t *testing.T) {
 	if got := inInbox(lapsed, second); got != 0 {
 		t.Fatalf("lapsed reader: %d of %d pull posts pushed", got, len(second))
 	}
-	// The returning readers read at the instant that puts their new spell's
-	// start (now + clock skew) exactly on the edge post.
+	// The returning readers read at the instant that dates the edge post at
+	// the very limit of the clock-skew allowance (now + clock skew).
 	clock.freeze(edgeTime.Add(-h.cfg.ClockSkew))
 	for _, u := range []uint64{lapsed, fresh, steady} {
 		checkFeed(t, h, m, u, fmt.Sprintf("reader %d back after %s", u, window+day))

@@ -144,8 +144,11 @@ func (s *Service) DeletePost(ctx context.Context, authorID, contentID uint64) er
 
 // ListPosts returns a page of the author's live posts, newest first.
 //
-// Returns EINVALID for a malformed cursor.
+// Returns EINVALID for a malformed cursor or page size.
 func (s *Service) ListPosts(ctx context.Context, authorID uint64, page feed.Page) ([]feed.Post, string, error) {
+	if err := checkPage(page); err != nil {
+		return nil, "", err
+	}
 	before, err := decodeCursor(cursorPosts, page.Cursor, store.Top)
 	if err != nil {
 		return nil, "", err
@@ -155,6 +158,15 @@ func (s *Service) ListPosts(ctx context.Context, authorID uint64, page feed.Page
 		return nil, "", err
 	}
 	return pageOf(posts, page.Limit, func(p feed.Post) string { return encodeCursor(cursorPosts, p.Key()) })
+}
+
+// checkPage rejects a page size outside 1..MaxPageLimit; the HTTP layer
+// checks it too, but the service is callable without it.
+func checkPage(page feed.Page) error {
+	if page.Limit < 1 || page.Limit > feed.MaxPageLimit {
+		return feed.Errorf(feed.EINVALID, "limit must be an integer in 1..%d", feed.MaxPageLimit)
+	}
+	return nil
 }
 
 // pageOf cuts a list fetched with limit+1 rows to limit and returns the
@@ -205,8 +217,11 @@ func (s *Service) Unfollow(ctx context.Context, userID, authorID uint64) error {
 
 // ListFollowing returns a page of the authors the user follows, by author id.
 //
-// Returns EINVALID for a malformed cursor.
+// Returns EINVALID for a malformed cursor or page size.
 func (s *Service) ListFollowing(ctx context.Context, userID uint64, page feed.Page) ([]feed.Follow, string, error) {
+	if err := checkPage(page); err != nil {
+		return nil, "", err
+	}
 	after, err := decodeCursor(cursorFollowing, page.Cursor, feed.Key{})
 	if err != nil {
 		return nil, "", err
@@ -222,8 +237,11 @@ func (s *Service) ListFollowing(ctx context.Context, userID uint64, page feed.Pa
 
 // ListFollowers returns a page of the author's followers, by user id.
 //
-// Returns EINVALID for a malformed cursor.
+// Returns EINVALID for a malformed cursor or page size.
 func (s *Service) ListFollowers(ctx context.Context, authorID uint64, page feed.Page) ([]feed.Follow, string, error) {
+	if err := checkPage(page); err != nil {
+		return nil, "", err
+	}
 	after, err := decodeCursor(cursorFollowers, page.Cursor, feed.Key{})
 	if err != nil {
 		return nil, "", err
