@@ -13,32 +13,19 @@ import (
 )
 
 // migrateLockName is the GET_LOCK name that serialises migrators of one
-// database: goose's own lockers do not use GET_LOCK, and two feedd processes
-// starting together must not run the same DDL twice.
-const migrateLockName = "feed_migrate"
+// database: two feedd processes starting together must not run the same DDL
+// twice. GET_LOCK names are server-wide, so the name carries the database
+// (hashed: MySQL caps names at 64 characters); a plain constant made every
+// database on a server, such as the shards sharing one, migrate one at a time.
+const migrateLockName = "CONCAT('feed_migrate_', MD5(DATABASE()))"
 
-// getLockLocker is a goose SessionLocker on MySQL's GET_LOCK.
-type getLockLocker struct{}
-
-func (getLockLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
-	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 300)`, migrateLockName).Scan(&got); err != nil {
-		return fmt.Errorf("get_lock: %w", err)
-	}
-	if got.Int64 != 1 {
-		return fmt.Errorf("get_lock %s: timed out", migrateLockName)
-	}
-	return nil
-}
-
-func (getLockLocker) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
-	_, err := conn.ExecContext(ctx, `SELECT RELEASE_LOCK(?)`, migrateLockName)
-	return err
-}
-
+// newProvider returns a goose provider without a goose locker: Migrate holds
+// its own lock around the whole run instead. goose's Up calls HasPending,
+// which ignores a SessionLocker and creates the version table and its zero
+// row unlocked, so a second migrator (holding the goose lock) could see the
+// table before that row and fail with "missing zero version migration".
 func newProvider(db *sql.DB) (*goose.Provider, error) {
-	return goose.NewProvider(goose.DialectMySQL, db, migrations.FS,
-		goose.WithSessionLocker(getLockLocker{}), goose.WithDisableGlobalRegistry(true))
+	return goose.NewProvider(goose.DialectMySQL, db, migrations.FS, goose.WithDisableGlobalRegistry(true))
 }
 
 func hasPendingMigrations(ctx context.Context, db *sql.DB) (bool, error) {
@@ -56,21 +43,49 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) error {
 		if err := createDatabase(ctx, sh.DB.DriverName(), sh.dsn); err != nil {
 			return fmt.Errorf("store: migrate shard %s: %w", sh.Name, classify(err))
 		}
-		p, err := newProvider(sh.DB.DB)
-		if err != nil {
-			return fmt.Errorf("store: migrate shard %s: %w", sh.Name, err)
-		}
-		res, err := p.Up(ctx)
-		if err != nil {
-			return fmt.Errorf("store: migrate shard %s: %w", sh.Name, classify(err))
-		}
-		version, err := p.GetDBVersion(ctx)
+		res, version, err := migrateLocked(ctx, sh)
 		if err != nil {
 			return fmt.Errorf("store: migrate shard %s: %w", sh.Name, classify(err))
 		}
 		log.Info("store: migrated", "shard", sh.Name, "applied", len(res), "version", version)
 	}
 	return nil
+}
+
+// migrateLocked applies the migrations to the shard under the database's
+// migrate lock. The lock lives on a connection of its own pool, so it never
+// takes one of the connections goose needs, however small the shard's pool.
+func migrateLocked(ctx context.Context, sh *Shard) (res []*goose.MigrationResult, version int64, err error) {
+	lockDB, err := sql.Open(sh.DB.DriverName(), sh.dsn)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer lockDB.Close()
+	conn, err := lockDB.Conn(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+migrateLockName+`, 300)`).Scan(&got); err != nil {
+		return nil, 0, fmt.Errorf("get_lock: %w", err)
+	}
+	if got.Int64 != 1 {
+		return nil, 0, fmt.Errorf("get_lock %s: timed out", migrateLockName)
+	}
+	// Closing the connection would release the lock too; release it
+	// explicitly even if ctx is done.
+	defer conn.ExecContext(context.WithoutCancel(ctx), `SELECT RELEASE_LOCK(`+migrateLockName+`)`)
+
+	p, err := newProvider(sh.DB.DB)
+	if err != nil {
+		return nil, 0, err
+	}
+	if res, err = p.Up(ctx); err != nil {
+		return nil, 0, err
+	}
+	version, err = p.GetDBVersion(ctx)
+	return res, version, err
 }
 
 // createDatabase connects without a database name and creates the DSN's

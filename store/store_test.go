@@ -57,6 +57,42 @@ func TestPingAndMigrate(t *testing.T) {
 		must(t, st.Ping(t.Context()))
 	})
 
+	// Several processes may start on a fresh database together: each of
+	// them must succeed (one applies the migrations, the others find them
+	// applied). Four databases of four migrators each, to make a race likely.
+	t.Run("concurrent migrators of one database", func(t *testing.T) {
+		t.Parallel()
+		const databases, migrators = 4, 4
+		dsns := make([]string, databases)
+		for i := range dsns {
+			dsns[i] = storetest.DatabaseDSN(t)
+		}
+		errs := make(chan error, databases*migrators)
+		for _, dsn := range dsns {
+			for range migrators {
+				go func() {
+					st, err := store.Open(store.SingleShardMap(dsn))
+					if err == nil {
+						defer st.Close()
+						err = st.Migrate(t.Context(), discard)
+					}
+					errs <- err
+				}()
+			}
+		}
+		for range databases * migrators {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+		for _, dsn := range dsns {
+			st, err := store.Open(store.SingleShardMap(dsn))
+			must(t, err)
+			defer st.Close()
+			must(t, st.Ping(t.Context()))
+		}
+	})
+
 	t.Run("unreachable server is unavailable", func(t *testing.T) {
 		t.Parallel()
 		st, err := store.Open(store.SingleShardMap("root@tcp(127.0.0.1:1)/feed?timeout=1s"))
