@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/bits"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,13 +74,23 @@ func ParseShardMap(b []byte) (*ShardMap, error) {
 		return nil, fmt.Errorf("sharding: parse: %w", err)
 	}
 	for name, db := range m.Databases {
-		db.DSN = os.ExpandEnv(db.DSN)
+		db.DSN = expandEnv(db.DSN)
 		m.Databases[name] = db
 	}
 	if _, err := m.assignments(); err != nil {
 		return nil, err
 	}
 	return &m, nil
+}
+
+// envRef matches ${NAME} only: a bare $ is common in passwords and stays as is.
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expandEnv replaces each ${NAME} with the environment variable's value.
+func expandEnv(s string) string {
+	return envRef.ReplaceAllStringFunc(s, func(ref string) string {
+		return os.Getenv(ref[2 : len(ref)-1])
+	})
 }
 
 // assignments validates the map and returns the database name of every

@@ -194,13 +194,15 @@ func TestParseShardMapExpandsEnv(t *testing.T) {
 	t.Setenv("FEED_TEST_SHARD_PASSWORD", "s3cret")
 	t.Setenv("FEED_TEST_SHARD_HOST", "db1.internal")
 	m, err := store.ParseShardMap([]byte(`
-virtual_shards: 2
+virtual_shards: 4
 databases:
   a: {dsn: "feed:${FEED_TEST_SHARD_PASSWORD}@tcp(${FEED_TEST_SHARD_HOST}:3306)/feed"}
   b: {dsn: "feed:${FEED_TEST_SHARD_UNSET}@tcp(db2:3306)/feed"}
+  c: {dsn: "feed:pa$$w$x0rd@tcp(db3:3306)/feed"}
 ranges:
   - {vshards: "0", database: a}
-  - {vshards: "1", database: b}`))
+  - {vshards: "1", database: b}
+  - {vshards: "2-3", database: c}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,6 +211,9 @@ ranges:
 	}
 	if got, want := m.Databases["b"].DSN, "feed:@tcp(db2:3306)/feed"; got != want {
 		t.Errorf("dsn b = %q, want %q (unset variables expand to nothing)", got, want)
+	}
+	if got, want := m.Databases["c"].DSN, "feed:pa$$w$x0rd@tcp(db3:3306)/feed"; got != want {
+		t.Errorf("dsn c = %q, want %q (only ${NAME} expands; a bare $ stays)", got, want)
 	}
 }
 
