@@ -177,13 +177,6 @@ func TestPublish(t *testing.T) {
 			"other author, other shard, 2": {AuthorID: otherShard, ContentID: 4000},
 		} {
 			t.Run(name, func(t *testing.T) {
-				if in.AuthorID == otherShard {
-					// Known bug (reported): posts.content_id is unique per
-					// shard only, so another author on another shard can
-					// take a content id already in use. Needs a
-					// service-wide claim of content ids in store.
-					t.Skip("content ids are unique per shard only (store.PublishPost)")
-				}
 				_, created, err := h.svc.Publish(ctx, in)
 				if created {
 					t.Fatalf("publish %+v created a second post with content id 4000", in)

@@ -29,15 +29,38 @@ type postRow struct {
 	Deleted bool `db:"deleted"`
 }
 
+const claimContentIDSQL = `INSERT IGNORE INTO content_ids (content_id, author_id, created_at) VALUES (?, ?, ?)`
+
+const contentOwnerSQL = `SELECT author_id FROM content_ids WHERE content_id = ?`
+
 // PublishPost stores a new post on its author's shard in one transaction: the
 // post (the author's outbox), its delivery (the event fan-out workers claim)
-// and the author's own inbox entry, so the author sees it at once.
+// and the author's own inbox entry, so the author sees it at once. With
+// several shards it first claims the content id on the id's own shard, so an
+// id names one post in the whole service (in the same transaction when that
+// is the author's shard).
 //
 // When the content id exists already it returns the stored post and
 // created=false, leaving the caller to judge whether the request repeats it.
-// Returns ECONFLICT if the id belongs to a deleted post.
+// Returns ECONFLICT if the id belongs to a deleted post or, with several
+// shards, to another author.
 func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored feed.Post, created bool, err error) {
-	err = inTx(ctx, s.ShardOf(p.AuthorID).DB, func(tx *sqlx.Tx) error {
+	home := s.ShardOf(p.AuthorID)
+	var registry *Shard
+	if len(s.shards) > 1 {
+		registry = s.ShardOf(p.ContentID)
+	}
+	if registry != nil && registry != home {
+		if err := claimContentID(ctx, registry.DB, p, now); err != nil {
+			return stored, false, wrap("publish post", err)
+		}
+	}
+	err = inTx(ctx, home.DB, func(tx *sqlx.Tx) error {
+		if registry == home {
+			if err := claimContentID(ctx, tx, p, now); err != nil {
+				return err
+			}
+		}
 		_, err := tx.ExecContext(ctx, insertPostSQL, p.AuthorID, p.PublishTime, p.ContentID, p.Kind, now)
 		if mysqlErrno(err) == errDupEntry {
 			var row postRow
@@ -62,6 +85,24 @@ func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored
 		return nil
 	})
 	return stored, created, wrap("publish post", err)
+}
+
+// claimContentID records that p's author owns its content id; claiming an
+// id the author owns already succeeds (a retry).
+//
+// Returns ECONFLICT if another author owns it.
+func claimContentID(ctx context.Context, db sqlx.ExtContext, p feed.Post, now int64) error {
+	if _, err := db.ExecContext(ctx, claimContentIDSQL, p.ContentID, p.AuthorID, now); err != nil {
+		return err
+	}
+	var owner uint64
+	if err := sqlx.GetContext(ctx, db, &owner, contentOwnerSQL, p.ContentID); err != nil {
+		return err
+	}
+	if owner != p.AuthorID {
+		return feed.Errorf(feed.ECONFLICT, "content_id %d belongs to a post of another author", p.ContentID)
+	}
+	return nil
 }
 
 const lockPostSQL = `SELECT content_id, author_id, publish_time, kind, deleted FROM posts WHERE content_id = ? FOR UPDATE`

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storetest"
 )
 
 func TestPublishPost(t *testing.T) {
@@ -407,4 +409,37 @@ func TestPullPosts(t *testing.T) {
 			t.Errorf("pulled %d posts, want one of each of %d authors", len(ids), len(want))
 		}
 	})
+}
+
+// A content id names one post in the whole service: with several shards
+// the posts unique key covers only one database, so publish claims the id
+// on the id's own shard first.
+func TestPublishPostContentIDUniqueAcrossShards(t *testing.T) {
+	t.Parallel()
+	st := storetest.NewStore(t, storetest.Options{Shards: 3})
+	ctx := context.Background()
+	var authors []uint64
+	for id := uint64(1); len(authors) < 3; id++ {
+		if !slices.ContainsFunc(authors, func(a uint64) bool { return st.ShardOf(a) == st.ShardOf(id) }) {
+			authors = append(authors, id)
+		}
+	}
+	for content := uint64(9000); content < 9010; content++ {
+		first := feed.Post{AuthorID: authors[0], ContentID: content, PublishTime: 1000, Kind: "post"}
+		if _, created, err := st.PublishPost(ctx, first, 1); err != nil || !created {
+			t.Fatalf("publish %d: created=%v err=%v", content, created, err)
+		}
+		for _, other := range authors[1:] {
+			p := first
+			p.AuthorID = other
+			_, created, err := st.PublishPost(ctx, p, 1)
+			if created || feed.ErrorCode(err) != feed.ECONFLICT {
+				t.Fatalf("author %d reusing content id %d: created=%v err=%v, want conflict", other, content, created, err)
+			}
+		}
+		// The owner's retry is still the same post.
+		if stored, created, err := st.PublishPost(ctx, first, 2); err != nil || created || stored != first {
+			t.Fatalf("retry of %d: %+v created=%v err=%v", content, stored, created, err)
+		}
+	}
 }
