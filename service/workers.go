@@ -242,19 +242,24 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 
 // sampleTrims trims each pushed-to inbox with probability 1/trimEvery, which
 // bounds inboxes near InboxLimit at about one deleted row per pushed one.
+// The sampled inboxes of a batch are trimmed together, with a fixed number
+// of statements per shard.
 func (s *Service) sampleTrims(ctx context.Context, users []uint64) {
 	every := s.cfg.trimEvery()
+	var sampled []uint64
 	for _, u := range users {
-		if rand.IntN(every) != 0 {
-			continue
+		if rand.IntN(every) == 0 {
+			sampled = append(sampled, u)
 		}
-		n, err := s.store.TrimInbox(ctx, u, s.cfg.InboxLimit)
-		if err != nil {
-			// Retention is best effort: the next sampled push retries it.
-			s.log.Warn("worker: trim inbox", "user_id", u, "error", err)
-			continue
-		}
-		s.metrics.trimmedRows.Add(float64(n))
+	}
+	if len(sampled) == 0 {
+		return
+	}
+	n, err := s.store.TrimInboxes(ctx, sampled, s.cfg.InboxLimit)
+	s.metrics.trimmedRows.Add(float64(n))
+	if err != nil {
+		// Retention is best effort: the next sampled pushes retry it.
+		s.log.Warn("worker: trim inboxes", "users", len(sampled), "error", err)
 	}
 }
 

@@ -286,7 +286,10 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 		if err := sqlx.SelectContext(ctx, tx, &res.Users, followersPageSQL, t.AuthorID, t.LastUser, t.Hi, opt.Size); err != nil {
 			return err
 		}
-		res.TaskDone = len(res.Users) < opt.Size
+		// Done when the followers ran out, or the batch reached the task's
+		// last follower (every task but the last ends exactly on one), which
+		// spares a task an empty batch just to find out.
+		res.TaskDone = len(res.Users) < opt.Size || res.Users[len(res.Users)-1] >= t.Hi
 		if res.TaskDone {
 			// Lock the delivery before the task row, the order DeletePost uses.
 			var state int

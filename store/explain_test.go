@@ -222,6 +222,12 @@ func TestExplainRangeScans(t *testing.T) {
 	t.Run("trim rank lookup", func(t *testing.T) {
 		t.Parallel()
 		// No keyset bound: a ref (or range) read of the key prefix, in order.
-		rangeScan(t, explain(t, sh, store.NewestKeysSQL, 7, 100), "inbox", "ref", "range")
+		rangeScan(t, explain(t, sh, store.TrimBoundarySQL, 7, 100), "inbox", "ref", "range")
+	})
+	t.Run("trim delete of several users", func(t *testing.T) {
+		t.Parallel()
+		// An OR of per-user keyset ranges stays a range read of the primary key.
+		q := "SELECT user_id FROM inbox WHERE " + store.TrimPartSQL + " OR " + store.TrimPartSQL
+		rangeScan(t, explain(t, sh, q, 7, 100, 100, 5, 8, 100, 100, 5), "inbox", "range")
 	})
 }

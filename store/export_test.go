@@ -8,7 +8,8 @@ const (
 	PullPartSQL      = pullPartSQL
 	FollowersPageSQL = followersPageSQL
 	ListFollowingSQL = listFollowingSQL
-	NewestKeysSQL    = newestKeysSQL
+	TrimBoundarySQL  = trimBoundaryPartSQL
+	TrimPartSQL      = trimPartSQL
 )
 
 // ClaimUpdateSQL is the UPDATE that takes n claim candidates of table.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
+	"strings"
 	"fmt"
 
 	"github.com/jmoiron/sqlx"
@@ -112,10 +114,6 @@ const lockFloorSQL = `SELECT floor_time, floor_id FROM user_state WHERE user_id 
 
 const setFloorSQL = `UPDATE user_state SET floor_time = ?, floor_id = ? WHERE user_id = ?`
 
-const newestKeysSQL = `SELECT publish_time, content_id FROM inbox WHERE user_id = ?
-ORDER BY publish_time DESC, content_id DESC LIMIT ?`
-
-const trimBelowSQL = `DELETE FROM inbox WHERE user_id = ? AND ` + keysetOlder
 
 // raiseFloor locks the user's state row and moves the floor up to key if it
 // is below it. Callers take this lock before touching the inbox, so trims
@@ -139,42 +137,137 @@ func raiseFloor(ctx context.Context, tx *sqlx.Tx, userID uint64, key *feed.Key) 
 	return err
 }
 
-// trim deletes the user's inbox entries beyond the newest limit and raises
-// the floor to the oldest kept one. Finding that key reads the newest limit
-// keys (index only): a rank lookup, not paging. The caller holds the floor lock.
-func trim(ctx context.Context, tx *sqlx.Tx, userID uint64, limit int) (int64, error) {
-	var keys []struct {
-		T  int64  `db:"publish_time"`
-		ID uint64 `db:"content_id"`
+// trimChunk bounds the users one trim statement covers.
+const trimChunk = 64
+
+const lockStatesHead = `INSERT INTO user_state (user_id)`
+
+const lockStatesTail = ` ON DUPLICATE KEY UPDATE user_id = user_id`
+
+const floorsSQL = `SELECT user_id, floor_time, floor_id FROM user_state WHERE user_id IN (?) FOR UPDATE`
+
+// trimBoundaryPartSQL finds, in one user's inbox, the entries ranked limit
+// and limit+1 from the newest: a rank lookup inside one index range (the
+// server skips the keys), not paging. Two rows mean the inbox is over its
+// limit and the first is the oldest entry to keep.
+const trimBoundaryPartSQL = `(SELECT user_id, publish_time, content_id FROM inbox WHERE user_id = ?
+ORDER BY publish_time DESC, content_id DESC LIMIT 2 OFFSET ?)`
+
+const trimPartSQL = `(user_id = ? AND ` + keysetOlder + `)`
+
+const setFloorsHead = `INSERT INTO user_state (user_id, floor_time, floor_id)`
+
+const setFloorsTail = ` ON DUPLICATE KEY UPDATE floor_time = VALUES(floor_time), floor_id = VALUES(floor_id)`
+
+// trimUsers cuts each user's inbox back to its newest limit entries and
+// raises each floor to the oldest entry kept, with five statements per 64
+// users whatever their number: lock the state rows (ascending, so
+// concurrent trims queue instead of deadlocking), read the floors, find the
+// boundaries, delete below them, write the new floors. The users must live
+// on tx's shard.
+func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int64, error) {
+	users = slices.Clone(users)
+	slices.Sort(users)
+	users = slices.Compact(users)
+	var trimmed int64
+	for start := 0; start < len(users); start += trimChunk {
+		ids := users[start:min(start+trimChunk, len(users))]
+		args := make([]any, len(ids))
+		for i, u := range ids {
+			args[i] = u
+		}
+		if _, err := tx.ExecContext(ctx, multiRowInsert(lockStatesHead, 1, len(ids), lockStatesTail), args...); err != nil {
+			return trimmed, err
+		}
+		q, qargs, err := sqlx.In(floorsSQL, ids)
+		if err != nil {
+			return trimmed, err
+		}
+		var floors []struct {
+			UserID uint64        `db:"user_id"`
+			Time   sql.NullInt64 `db:"floor_time"`
+			ID     sql.NullInt64 `db:"floor_id"`
+		}
+		if err := sqlx.SelectContext(ctx, tx, &floors, q, qargs...); err != nil {
+			return trimmed, err
+		}
+		parts := make([]string, len(ids))
+		bargs := make([]any, 0, 2*len(ids))
+		for i, u := range ids {
+			parts[i] = trimBoundaryPartSQL
+			bargs = append(bargs, u, limit-1)
+		}
+		var ranked []struct {
+			UserID uint64 `db:"user_id"`
+			T      int64  `db:"publish_time"`
+			ID     uint64 `db:"content_id"`
+		}
+		if err := sqlx.SelectContext(ctx, tx, &ranked, strings.Join(parts, " UNION ALL "), bargs...); err != nil {
+			return trimmed, err
+		}
+		// Per user: the greater of its two keys is the oldest to keep.
+		keep := map[uint64]feed.Key{}
+		count := map[uint64]int{}
+		for _, r := range ranked {
+			count[r.UserID]++
+			k := feed.Key{PublishTime: r.T, ContentID: r.ID}
+			if old, ok := keep[r.UserID]; !ok || old.Less(k) {
+				keep[r.UserID] = k
+			}
+		}
+		var del []string
+		var dargs, fargs []any
+		for _, f := range floors {
+			k, over := keep[f.UserID]
+			if !over || count[f.UserID] < 2 {
+				continue
+			}
+			del = append(del, trimPartSQL)
+			dargs = append(dargs, f.UserID, k.PublishTime, k.PublishTime, k.ContentID)
+			if !f.Time.Valid || (feed.Key{PublishTime: f.Time.Int64, ContentID: uint64(f.ID.Int64)}).Less(k) {
+				fargs = append(fargs, f.UserID, k.PublishTime, k.ContentID)
+			}
+		}
+		if len(del) == 0 {
+			continue
+		}
+		r, err := tx.ExecContext(ctx, "DELETE FROM inbox WHERE "+strings.Join(del, " OR "), dargs...)
+		if err != nil {
+			return trimmed, err
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return trimmed, err
+		}
+		trimmed += n
+		if len(fargs) > 0 {
+			if _, err := tx.ExecContext(ctx, multiRowInsert(setFloorsHead, 3, len(fargs)/3, setFloorsTail), fargs...); err != nil {
+				return trimmed, err
+			}
+		}
 	}
-	if err := sqlx.SelectContext(ctx, tx, &keys, newestKeysSQL, userID, limit); err != nil || len(keys) < limit {
-		return 0, err
-	}
-	oldest := feed.Key{PublishTime: keys[limit-1].T, ContentID: keys[limit-1].ID}
-	r, err := tx.ExecContext(ctx, trimBelowSQL, userID, oldest.PublishTime, oldest.PublishTime, oldest.ContentID)
-	if err != nil {
-		return 0, err
-	}
-	n, err := r.RowsAffected()
-	if err != nil || n == 0 {
-		return 0, err
-	}
-	return n, raiseFloor(ctx, tx, userID, &oldest)
+	return trimmed, nil
 }
 
-// TrimInbox keeps the user's newest limit inbox entries. Entries below the
-// new floor are still reachable: reads continue from the outboxes there.
-func (s *Store) TrimInbox(ctx context.Context, userID uint64, limit int) (int64, error) {
-	var n int64
-	err := inTx(ctx, s.ShardOf(userID).DB, func(tx *sqlx.Tx) error {
-		if err := raiseFloor(ctx, tx, userID, nil); err != nil {
+// TrimInboxes keeps the newest limit entries of each user's inbox, in one
+// transaction per shard with a fixed number of statements per 64 users, and
+// returns how many entries it removed. Entries below the new floors are
+// still reachable: reads continue from the outboxes there.
+func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int64, error) {
+	var total int64
+	for sh, ids := range s.groupByShard(users) {
+		var n int64
+		err := inTx(ctx, sh.DB, func(tx *sqlx.Tx) error {
+			var err error
+			n, err = trimUsers(ctx, tx, ids, limit)
 			return err
+		})
+		if err != nil {
+			return total, wrap("trim inboxes", err)
 		}
-		var err error
-		n, err = trim(ctx, tx, userID, limit)
-		return err
-	})
-	return n, wrap("trim inbox", err)
+		total += n
+	}
+	return total, nil
 }
 
 const lockFollowingSQL = `SELECT pull FROM following WHERE user_id = ? AND author_id = ? LOCK IN SHARE MODE`
@@ -249,7 +342,7 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 		if _, err := tx.ExecContext(ctx, settleFollowSQL, PullBelowActive, setBits, userID, authorID); err != nil {
 			return err
 		}
-		_, err = trim(ctx, tx, userID, limit)
+		_, err = trimUsers(ctx, tx, []uint64{userID}, limit)
 		return err
 	})
 	if err != nil {

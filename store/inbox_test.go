@@ -49,7 +49,7 @@ func TestReadFeed(t *testing.T) {
 	})
 }
 
-func TestTrimInbox(t *testing.T) {
+func TestTrimInboxes(t *testing.T) {
 	t.Parallel()
 
 	st := newStore(t, 1)
@@ -66,7 +66,7 @@ func TestTrimInbox(t *testing.T) {
 	t.Run("keeps the newest and raises the floor", func(t *testing.T) {
 		t.Parallel()
 		posts := setup(t, 1, 50)
-		n, err := st.TrimInbox(t.Context(), 1, 20)
+		n, err := st.TrimInboxes(t.Context(), []uint64{1}, 20)
 		must(t, err)
 		if n != 30 {
 			t.Errorf("trimmed %d, want 30", n)
@@ -83,14 +83,14 @@ func TestTrimInbox(t *testing.T) {
 
 		// Again: nothing to do, floor unchanged; a larger limit never lowers it.
 		for _, limit := range []int{20, 30} {
-			n, err = st.TrimInbox(t.Context(), 1, limit)
+			n, err = st.TrimInboxes(t.Context(), []uint64{1}, limit)
 			must(t, err)
 			if snap := snapshot(t, st, 1); n != 0 || snap.Floor == nil || *snap.Floor != posts[19].Key() {
 				t.Errorf("trim to %d: trimmed %d, floor %v", limit, n, snap.Floor)
 			}
 		}
 		// A smaller limit raises it further.
-		n, err = st.TrimInbox(t.Context(), 1, 5)
+		n, err = st.TrimInboxes(t.Context(), []uint64{1}, 5)
 		must(t, err)
 		if snap := snapshot(t, st, 1); n != 15 || snap.Floor == nil || *snap.Floor != posts[4].Key() {
 			t.Errorf("trim to 5: trimmed %d, floor %v, want 15 and %v", n, snap.Floor, posts[4].Key())
@@ -101,13 +101,54 @@ func TestTrimInbox(t *testing.T) {
 		t.Parallel()
 		setup(t, 2, 10)
 		for _, limit := range []int{10, 11} {
-			n, err := st.TrimInbox(t.Context(), 2, limit)
+			n, err := st.TrimInboxes(t.Context(), []uint64{2}, limit)
 			must(t, err)
 			if snap := snapshot(t, st, 2); n != 0 || snap.Floor != nil || len(snap.Inbox) != 10 {
 				t.Errorf("limit %d: trimmed %d, floor %v, %d entries", limit, n, snap.Floor, len(snap.Inbox))
 			}
 		}
 	})
+}
+
+// TestTrimInboxesMany trims many users of several shards in one call: more
+// than one statement chunk, some over the limit and some not.
+func TestTrimInboxesMany(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 2)
+	const limit = 4
+	want := map[uint64][]feed.Post{}
+	var users []uint64
+	for u := uint64(1); u <= 70; u++ {
+		n := int(u % 8) // 0..7 posts: over, at and under the limit
+		var posts []feed.Post
+		for i := range n {
+			posts = append(posts, publish(t, st, u, u*1000+uint64(i), t0+int64(i/2)))
+		}
+		slices.SortFunc(posts, newestFirst)
+		want[u] = posts[:min(n, limit)]
+		users = append(users, u, u) // duplicates are harmless
+	}
+	n, err := st.TrimInboxes(t.Context(), users, limit)
+	must(t, err)
+	var wantTrimmed int64
+	for u := uint64(1); u <= 70; u++ {
+		wantTrimmed += int64(max(0, int(u%8)-limit))
+		got, err := st.InboxKeys(t.Context(), u)
+		must(t, err)
+		if !slices.Equal(got, want[u]) {
+			t.Errorf("user %d kept %v, want %v", u, got, want[u])
+		}
+		snap := snapshot(t, st, u)
+		switch {
+		case int(u%8) > limit && (snap.Floor == nil || *snap.Floor != want[u][limit-1].Key()):
+			t.Errorf("user %d floor %v, want %v", u, snap.Floor, want[u][limit-1].Key())
+		case int(u%8) <= limit && snap.Floor != nil:
+			t.Errorf("user %d floor %v, want none", u, snap.Floor)
+		}
+	}
+	if n != wantTrimmed {
+		t.Errorf("trimmed %d, want %d", n, wantTrimmed)
+	}
 }
 
 func TestBackfill(t *testing.T) {
