@@ -148,7 +148,7 @@ func TestExplainRangeScans(t *testing.T) {
 			t  int64
 			id uint64
 		}{{top.PublishTime, top.ContentID}, {mid.t, mid.id}} {
-			plan := explain(t, sh, store.FeedPageSQL, 7, c.t, c.t, c.id, 21, 7, 7, 7)
+			plan := explain(t, sh, store.FeedPageSQL, 7, c.t, c.t, c.id, 21, 7, 7)
 			rangeScan(t, plan, "inbox")
 		}
 	})

@@ -18,13 +18,13 @@ import (
 // scan of the primary key), the user's read state and inbox floor, and the
 // followed authors that reads must pull. One statement keeps the floor and
 // the rows it bounds consistent with a concurrent trim, and costs one round
-// trip. src: 0 inbox row, 1 floor (t, id), 2 pull author (t = pull bits,
-// a = author), 3 read state (t = last_read_at, a = active_since).
-const feedPageSQL = `(SELECT 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k FROM inbox
+// trip. src 0: an inbox row; src 1: the state row (t, id = floor, NULL if
+// none; a = active_since; b = last_read_at); src 2: a pull author (t = pull
+// bits, a = author).
+const feedPageSQL = `(SELECT 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k, 0 AS b FROM inbox
  WHERE user_id = ? AND ` + keysetOlder + ` ORDER BY publish_time DESC, content_id DESC LIMIT ?)
-UNION ALL (SELECT 1, floor_time, floor_id, 0, '' FROM user_state WHERE user_id = ? AND floor_time IS NOT NULL)
-UNION ALL (SELECT 2, pull, 0, author_id, '' FROM following WHERE user_id = ? AND pull > 0)
-UNION ALL (SELECT 3, last_read_at, 0, CAST(active_since AS UNSIGNED), '' FROM user_state WHERE user_id = ?)`
+UNION ALL (SELECT 1, floor_time, floor_id, CAST(active_since AS UNSIGNED), '', last_read_at FROM user_state WHERE user_id = ?)
+UNION ALL (SELECT 2, pull, 0, author_id, '', 0 FROM following WHERE user_id = ? AND pull > 0)`
 
 // PullAuthor is a followed author whose outbox reads merge.
 type PullAuthor struct {
@@ -66,7 +66,7 @@ func (s *Store) ReadFeed(ctx context.Context, userID uint64, before feed.Key, li
 		return snap, wrap("read feed", err)
 	}
 	rows, err := st.QueryContext(ctx, userID, before.PublishTime, before.PublishTime, before.ContentID, limit,
-		userID, userID, userID)
+		userID, userID)
 	if err != nil {
 		return snap, wrap("read feed", err)
 	}
@@ -74,20 +74,23 @@ func (s *Store) ReadFeed(ctx context.Context, userID uint64, before feed.Key, li
 	for rows.Next() {
 		var src int
 		var t sql.NullInt64
-		var id, a uint64
+		var id sql.Null[uint64]
+		var a uint64
 		var k string
-		if err := rows.Scan(&src, &t, &id, &a, &k); err != nil {
+		var b int64
+		if err := rows.Scan(&src, &t, &id, &a, &k, &b); err != nil {
 			return snap, wrap("read feed", err)
 		}
 		switch src {
 		case 0:
-			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: id, AuthorID: a, PublishTime: t.Int64, Kind: k})
+			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: id.V, AuthorID: a, PublishTime: t.Int64, Kind: k})
 		case 1:
-			snap.Floor = &feed.Key{PublishTime: t.Int64, ContentID: id}
+			if t.Valid {
+				snap.Floor = &feed.Key{PublishTime: t.Int64, ContentID: id.V}
+			}
+			snap.ActiveSince, snap.LastReadAt = int64(a), b
 		case 2:
 			snap.Pull = append(snap.Pull, PullAuthor{AuthorID: a, Pull: int(t.Int64)})
-		case 3:
-			snap.LastReadAt, snap.ActiveSince = t.Int64, int64(a)
 		}
 	}
 	return snap, wrap("read feed", rows.Err())
