@@ -22,6 +22,8 @@ const (
 	// ClockSkewDefault bounds how far in the future a publish_time may be,
 	// and is the margin reads allow between app servers' clocks.
 	ClockSkewDefault = time.Minute
+	// PullCacheTTLDefault keeps pull authors' newest posts in memory this long.
+	PullCacheTTLDefault = time.Second
 )
 
 // maxActiveDays bounds ActiveDays: the window is computed as a
@@ -58,6 +60,10 @@ type Config struct {
 	PollInterval time.Duration
 	// ClockSkew: see ClockSkewDefault.
 	ClockSkew time.Duration
+	// PullCacheTTL is how long a process reuses a pull author's newest
+	// posts for reads; its own publishes and deletes refresh them at once.
+	// Zero reads the outboxes for every page.
+	PullCacheTTL time.Duration
 	// NodeID (0..8191) makes server-assigned content ids unique across
 	// processes; -1 picks one at random.
 	NodeID int
@@ -76,6 +82,7 @@ func DefaultConfig() Config {
 		Lease:         LeaseDefault,
 		PollInterval:  PollIntervalDefault,
 		ClockSkew:     ClockSkewDefault,
+		PullCacheTTL:  PullCacheTTLDefault,
 		NodeID:        -1,
 	}
 }
@@ -101,6 +108,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("poll interval must be > 0")
 	case c.ClockSkew < 0:
 		return fmt.Errorf("clock skew must be >= 0")
+	case c.PullCacheTTL < 0 || c.PullCacheTTL > 2*time.Second:
+		return fmt.Errorf("pull cache ttl must be 0..2s (deletes must leave feeds within 2 s), got %s", c.PullCacheTTL)
 	case c.NodeID < -1 || c.NodeID > maxNodeID:
 		return fmt.Errorf("node id must be -1 (random) or 0..%d, got %d", maxNodeID, c.NodeID)
 	}

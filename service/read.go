@@ -54,7 +54,7 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]fe
 		}
 		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound})
 	}
-	pulled, n, err := s.store.PullPosts(ctx, sources, page.Limit+1)
+	pulled, n, err := s.pull(ctx, sources, page.Limit+1)
 	if err != nil {
 		return nil, "", err
 	}

@@ -985,6 +985,30 @@ func TestFeedPullQueriesPerShard(t *testing.T) {
 	if got := feedQueries(t, reg) - before; got != 3 {
 		t.Fatalf("a page with 20 pull authors on 2 shards ran %v statements, want 3 (snapshot + one per shard)", got)
 	}
+	// Within the pull cache's ttl the same authors cost nothing more: the
+	// next page is the snapshot alone, and equals a cache-free read.
+	before = feedQueries(t, reg)
+	_, cursor, err := svc.Feed(ctx, reader, feed.Page{Limit: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, _, err := svc.Feed(ctx, reader, feed.Page{Limit: 5, Cursor: cursor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := feedQueries(t, reg) - before; got != 2 {
+		t.Fatalf("two cached pages ran %v statements, want 2 (one snapshot each)", got)
+	}
+	noCache := h.cfg
+	noCache.PullCacheTTL = 0
+	plain, err := service.New(h.store, noCache, slog.New(slog.NewTextHandler(io.Discard, nil)), service.NewMetrics(prometheus.NewRegistry()), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := plain.Feed(ctx, reader, feed.Page{Limit: 5, Cursor: cursor})
+	if err != nil || !slices.Equal(next, want) {
+		t.Fatalf("cached page %v, uncached %v (%v)", next, want, err)
+	}
 }
 
 // feedQueries returns the total of the feed_read_queries histogram.

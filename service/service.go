@@ -21,6 +21,8 @@ type Service struct {
 	now     func() time.Time
 	// wake nudges idle workers of this process after a write queued work.
 	wake *wakeup
+	// cache holds pull authors' newest posts; nil when PullCacheTTL is 0.
+	cache *outboxCache
 }
 
 // New returns a Service. now is the clock (time.Now outside tests).
@@ -31,7 +33,11 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 	if err := checkPools(st, cfg.Workers); err != nil {
 		return nil, err
 	}
-	return &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup()}, nil
+	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup()}
+	if cfg.PullCacheTTL > 0 {
+		s.cache = newOutboxCache(cfg.PullCacheTTL)
+	}
+	return s, nil
 }
 
 // checkPools rejects more fan-out workers per shard than a shard's pool
@@ -124,6 +130,7 @@ func (s *Service) Publish(ctx context.Context, in PublishInput) (feed.Post, bool
 
 func (s *Service) published(p feed.Post, created bool, err error) (feed.Post, bool, error) {
 	if err == nil {
+		s.forget(p.AuthorID)
 		s.metrics.postsPublished.Inc()
 		s.wake.notify()
 	}
@@ -138,6 +145,7 @@ func (s *Service) DeletePost(ctx context.Context, authorID, contentID uint64) er
 	if err := s.store.DeletePost(ctx, authorID, contentID); err != nil {
 		return err
 	}
+	s.forget(authorID)
 	s.wake.notify()
 	return nil
 }
@@ -158,6 +166,13 @@ func (s *Service) ListPosts(ctx context.Context, authorID uint64, page feed.Page
 		return nil, "", err
 	}
 	return pageOf(posts, page.Limit, func(p feed.Post) string { return encodeCursor(cursorPosts, p.Key()) })
+}
+
+// forget drops the author's cached outbox after a local write.
+func (s *Service) forget(authorID uint64) {
+	if s.cache != nil {
+		s.cache.drop(authorID)
+	}
 }
 
 // checkPage rejects a page size outside 1..MaxPageLimit; the HTTP layer

@@ -4,9 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
-	"fmt"
 
 	"github.com/jmoiron/sqlx"
 
@@ -116,7 +116,6 @@ func (s *Store) MarkRead(ctx context.Context, userID uint64, now, activeSince, i
 const lockFloorSQL = `SELECT floor_time, floor_id FROM user_state WHERE user_id = ? FOR UPDATE`
 
 const setFloorSQL = `UPDATE user_state SET floor_time = ?, floor_id = ? WHERE user_id = ?`
-
 
 // raiseFloor locks the user's state row and moves the floor up to key if it
 // is below it. Callers take this lock before touching the inbox, so trims

@@ -67,6 +67,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.Lease, "lease", s.Lease, "how long a worker's claim lasts before others may take over")
 	fs.DurationVar(&s.PollInterval, "poll-interval", s.PollInterval, "how often idle workers poll for work")
 	fs.DurationVar(&s.ClockSkew, "clock-skew", s.ClockSkew, "allowed clock difference between servers (and future publish_time)")
+	fs.DurationVar(&s.PullCacheTTL, "pull-cache-ttl", s.PullCacheTTL, "how long a process reuses pull authors' newest posts (0: no cache; at most 2s)")
 	fs.IntVar(&s.NodeID, "node-id", s.NodeID, "0..8191, unique per process, for server-assigned content ids; -1 random")
 }
 

@@ -1,0 +1,138 @@
+package service
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+)
+
+// Outbox cache bounds: the newest posts kept per author (enough for the
+// first pages of most readers), and how many authors are kept.
+const (
+	outboxCacheDepth   = 128
+	outboxCacheAuthors = 10000
+)
+
+// outboxCache keeps the newest posts of the authors reads pull from. A pull
+// author is by definition one that many readers merge, so its head is read
+// once per TTL instead of once per page. An entry is dropped when this
+// process publishes or deletes for the author; changes made through other
+// processes show within the TTL, like a fan-out still under way.
+type outboxCache struct {
+	ttl     time.Duration
+	mu      sync.Mutex
+	entries map[uint64]outboxEntry
+}
+
+type outboxEntry struct {
+	posts    []feed.Post // newest first, at most outboxCacheDepth
+	complete bool        // the author has no older live post
+	at       time.Time
+}
+
+func newOutboxCache(ttl time.Duration) *outboxCache {
+	return &outboxCache{ttl: ttl, entries: map[uint64]outboxEntry{}}
+}
+
+// below returns up to limit cached posts older than before, or false when
+// the cache does not reach deep enough to know them all.
+func (e outboxEntry) below(before feed.Key, limit int) ([]feed.Post, bool) {
+	var out []feed.Post
+	for _, p := range e.posts {
+		if p.Key().Less(before) {
+			out = append(out, p)
+			if len(out) == limit {
+				return out, true
+			}
+		}
+	}
+	return out, e.complete
+}
+
+func (c *outboxCache) get(author uint64, now time.Time) (outboxEntry, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[author]
+	if !ok || now.Sub(e.at) >= c.ttl || now.Before(e.at) {
+		return outboxEntry{}, false
+	}
+	return e, true
+}
+
+func (c *outboxCache) put(author uint64, e outboxEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= outboxCacheAuthors {
+		for a := range c.entries { // evict an arbitrary entry
+			delete(c.entries, a)
+			break
+		}
+	}
+	c.entries[author] = e
+}
+
+func (c *outboxCache) drop(author uint64) {
+	c.mu.Lock()
+	delete(c.entries, author)
+	c.mu.Unlock()
+}
+
+// pull reads up to limit posts of each source for a feed page: from the
+// cache where it reaches deep enough, refreshing stale authors with one
+// statement per shard, and straight from the outboxes for sources deeper
+// than the cache. It returns the posts and the statements run.
+func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit int) ([]feed.Post, int, error) {
+	if s.cache == nil || len(sources) == 0 {
+		return s.store.PullPosts(ctx, sources, limit)
+	}
+	now := s.now()
+	var out []feed.Post
+	var stale, direct []store.PullSource
+	for _, src := range sources {
+		if e, ok := s.cache.get(src.AuthorID, now); !ok {
+			stale = append(stale, src)
+		} else if posts, ok := e.below(src.Before, limit); ok {
+			out = append(out, posts...)
+		} else {
+			direct = append(direct, src)
+		}
+	}
+	queries := 0
+	if len(stale) > 0 {
+		heads := make([]store.PullSource, len(stale))
+		for i, src := range stale {
+			heads[i] = store.PullSource{AuthorID: src.AuthorID, Before: store.Top}
+		}
+		posts, n, err := s.store.PullPosts(ctx, heads, outboxCacheDepth)
+		if err != nil {
+			return nil, queries, err
+		}
+		queries += n
+		byAuthor := map[uint64][]feed.Post{}
+		for _, p := range posts {
+			byAuthor[p.AuthorID] = append(byAuthor[p.AuthorID], p)
+		}
+		for _, src := range stale {
+			head := mergeNewest(nil, byAuthor[src.AuthorID])
+			e := outboxEntry{posts: head, complete: len(head) < outboxCacheDepth, at: now}
+			s.cache.put(src.AuthorID, e)
+			if posts, ok := e.below(src.Before, limit); ok {
+				out = append(out, posts...)
+			} else {
+				direct = append(direct, src)
+			}
+		}
+	}
+	if len(direct) > 0 {
+		posts, n, err := s.store.PullPosts(ctx, direct, limit)
+		if err != nil {
+			return nil, queries, err
+		}
+		queries += n
+		out = append(out, posts...)
+	}
+	return out, queries, nil
+}
