@@ -49,7 +49,7 @@ func (b *bench) latency(ctx context.Context) error {
 	return nil
 }
 
-func (b *bench) latencyScenario(ctx context.Context, sc latencyScenario) (latencyResult, error) {
+func (b *bench) latencyScenario(ctx context.Context, sc latencyScenario) (res latencyResult, err error) {
 	now := time.Now()
 	if sc.pull {
 		// Active readers in a spell that began before the post: it reaches
@@ -61,7 +61,9 @@ func (b *bench) latencyScenario(ctx context.Context, sc latencyScenario) (latenc
 	if err := b.st.ImportFollowers(ctx, sc.author, sc.followers, now.Add(-loadSpan).UnixMilli(), sc.pull); err != nil {
 		return latencyResult{}, err
 	}
-	res := latencyResult{Name: sc.name, Followers: len(sc.followers), N: sc.reps}
+	res = latencyResult{Name: sc.name, Followers: len(sc.followers), N: sc.reps}
+	errs0 := b.stack.counter("feed_worker_errors_total")
+	defer func() { res.WorkerErrors = int64(b.stack.counter("feed_worker_errors_total") - errs0) }()
 	last := sc.followers[len(sc.followers)-1]
 	api := b.stack.api
 	for rep := range sc.reps {

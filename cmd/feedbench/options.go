@@ -47,6 +47,7 @@ type options struct {
 	PullPosts   int // posts per pull author
 	Duration    time.Duration
 	Warmup      time.Duration
+	Slices      int // the runs take turns in this many slices of Duration
 	Diagnostics bool
 
 	// Phase D.
@@ -76,6 +77,7 @@ func defaultOptions() options {
 		PullPosts:       40,
 		Duration:        10 * time.Second,
 		Warmup:          2 * time.Second,
+		Slices:          5,
 		Diagnostics:     true,
 		Optimize:        true,
 	}
@@ -96,6 +98,7 @@ var quickSizes = map[string]string{
 	"pull-posts":       "5",
 	"duration":         "700ms",
 	"warmup":           "200ms",
+	"slices":           "2",
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -124,6 +127,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.PullPosts, "pull-posts", o.PullPosts, "C: posts per pull author")
 	fs.DurationVar(&o.Duration, "duration", o.Duration, "C: measured time of each reader run")
 	fs.DurationVar(&o.Warmup, "warmup", o.Warmup, "C: unmeasured time before each reader run")
+	fs.IntVar(&o.Slices, "slices", o.Slices, "C: the runs take turns in this many slices of -duration each, so bursts of other load hit them alike")
 	fs.BoolVar(&o.Diagnostics, "diagnostics", o.Diagnostics, "C: also time store.ReadFeed and service.Feed without HTTP")
 	fs.BoolVar(&o.Optimize, "optimize", o.Optimize, "D: also measure the inbox after OPTIMIZE TABLE")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -163,8 +167,8 @@ func (o options) validate() error {
 		return fmt.Errorf("-fanout-authors, -fanout-followers, -rounds and -workers must be >= 1")
 	case o.FollowersSmall < 1 || o.FollowersBig < 1 || o.RepsSmall < 1 || o.RepsBig < 1:
 		return fmt.Errorf("-followers-* and -reps-* must be >= 1")
-	case o.Clients < 1 || o.ReaderUsers < 1 || o.Pages < 1 || o.PullPosts < 1:
-		return fmt.Errorf("-clients, -reader-users, -pages and -pull-posts must be >= 1")
+	case o.Clients < 1 || o.ReaderUsers < 1 || o.Pages < 1 || o.PullPosts < 1 || o.Slices < 1:
+		return fmt.Errorf("-clients, -reader-users, -pages, -pull-posts and -slices must be >= 1")
 	case o.Duration <= 0 || o.Warmup < 0:
 		return fmt.Errorf("-duration must be > 0 and -warmup >= 0")
 	case strings.Trim(o.Phases, "ABCD") != "":

@@ -70,6 +70,8 @@ type latencyResult struct {
 	Publish   []time.Duration // POST latency, ascending
 	Last      []time.Duration // publish → visible for the last follower, ascending
 	Random    []time.Duration // same for a random follower, ascending
+
+	WorkerErrors int64 // feed_worker_errors_total over the scenario
 }
 
 type readResult struct {
@@ -123,6 +125,8 @@ type report struct {
 	Database string
 	Server   store.ServerInfo
 	Shared   sharedServer
+
+	PullCacheTTL time.Duration // the service's, for the read phase's description
 
 	Load       loadResult
 	Fanout     *fanoutResult
@@ -266,19 +270,21 @@ func (r *report) renderLatency(p func(string, ...any)) {
 	p("last batch of the last task writes it) and one drawn at random. Posts are timed one at a time,")
 	p("with the system at rest before each. Times are from the start of the POST.")
 	p("")
-	p("| author | N | POST p50 | last follower p50 | last follower p99 | random follower p50 | random follower p99 |")
-	p("|---|---:|---:|---:|---:|---:|---:|")
+	p("| author | N | POST p50 | last follower p50 | last follower p99 | random follower p50 | random follower p99 | worker errors |")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|")
 	for _, l := range r.Latency {
-		p("| %s (mode `%s`) | %d | %s | %s | %s | %s | %s |", l.Name, l.Mode, l.N,
+		p("| %s (mode `%s`) | %d | %s | %s | %s | %s | %s | %d |", l.Name, l.Mode, l.N,
 			msStr(percentile(l.Publish, 0.5)), msStr(percentile(l.Last, 0.5)), p99(l.Last),
-			msStr(percentile(l.Random, 0.5)), p99(l.Random))
+			msStr(percentile(l.Random, 0.5)), p99(l.Random), l.WorkerErrors)
 	}
 	p("")
 	p("With N = %d or %d, p99 is the maximum. The big audiences are %s users outside the loaded ones, with",
 		r.Opt.RepsSmall, r.Opt.RepsBig, count(r.Opt.FollowersBig))
 	p("nearly empty inboxes (loading %s full inboxes would not fit the time budget), so their inserts are",
 		count(r.Opt.FollowersBig))
-	p("cheaper than phase A's; the small author's followers are loaded users with full inboxes.")
+	p("cheaper than phase A's; the small author's followers are loaded users with full inboxes. Worker")
+	p("errors (`feed_worker_errors_total`) are steps that failed after the store's retries; the worker")
+	p("backs off and a later step redoes the batch, so they cost time, not rows.")
 	p("")
 }
 
@@ -291,16 +297,18 @@ func (r *report) renderReads(p func(string, ...any)) {
 		return
 	}
 	o := r.Opt
-	p("%d concurrent clients in a closed loop, %s warm-up then %s measured per row. A client reads a",
-		o.Clients, o.Warmup, o.Duration)
-	p("random user's first page (limit 20), then next pages by cursor, %d pages in all, then picks another", o.Pages)
-	p("user. Each class has its own %s users with %d-row inboxes, and every reader follows the %d push",
-		count(o.ReaderUsers), o.InboxRows, inboxAuthors)
-	p("authors its inbox rows come from. Pull readers also follow their pull authors (in pull mode, %d", o.PullPosts)
-	p("posts each over the inboxes' time span) and are in an active spell that began after")
-	p("every post, so every page merges every pull author's outbox. Every reader was marked active before")
-	p("the run, so no read writes `user_state`. Queries per page come from the service's")
-	p("`feed_read_queries` histogram (sum / count over the run).")
+	p("%d concurrent clients in a closed loop, %s measured per row after a %s warm-up; the rows take turns",
+		o.Clients, o.Duration, o.Warmup)
+	p("in %d slices of %s each (a short unmeasured ramp before each), so a burst of other load on the", o.Slices, o.Duration/time.Duration(o.Slices))
+	p("machine falls on every row alike. A client reads a random user's first page (limit 20), then next")
+	p("pages by cursor, %d pages in all, then picks another user. Each class has its own %s users with", o.Pages, count(o.ReaderUsers))
+	p("%d-row inboxes, and every reader follows the %d push authors its inbox rows come from. Pull", o.InboxRows, inboxAuthors)
+	p("readers also follow their pull authors (in pull mode, %d posts each over the inboxes' time span)", o.PullPosts)
+	p("and are in an active spell that began after every post, so every page merges every pull author's")
+	p("outbox. Every reader was marked active before the run, so no read writes `user_state`. Queries")
+	p("per page come from the service's `feed_read_queries` histogram (sum / count over the run). The")
+	p("service runs with its defaults, including its per-process cache of pull authors' newest posts")
+	p("(TTL %s), as a production process would.", r.PullCacheTTL)
 	p("")
 	p("| reader | pages/s | p50 | p99 | queries/page | pull authors/page |")
 	p("|---|---:|---:|---:|---:|---:|")

@@ -108,6 +108,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 		rng:   rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
 		rep:   newReport(opt, args, addr, cfg.DBName),
 	}
+	b.rep.PullCacheTTL = stk.svc.Config().PullCacheTTL
 	if b.rep.Server, err = b.sh.ServerInfo(ctx); err != nil {
 		return err
 	}
