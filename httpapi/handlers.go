@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -98,19 +99,7 @@ func (a *api) deletePost(c echo.Context) error {
 }
 
 func (a *api) listPosts(c echo.Context) error {
-	author, err := pathID(c, "id")
-	if err != nil {
-		return err
-	}
-	page, err := parsePage(c)
-	if err != nil {
-		return err
-	}
-	posts, next, err := a.svc.ListPosts(c.Request().Context(), author, page)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, newPage(posts, next, toPostJSON))
+	return listPage(c, a.svc.ListPosts, toPostJSON)
 }
 
 type deliveryJSON struct {
@@ -164,8 +153,18 @@ type followerJSON struct {
 	FollowedAt int64  `json:"followed_at"`
 }
 
-func (a *api) listFollowing(c echo.Context) error {
-	user, err := pathID(c, "id")
+func toFollowingJSON(f feed.Follow) followingJSON {
+	return followingJSON{AuthorID: strconv.FormatUint(f.AuthorID, 10), FollowedAt: f.FollowedAt}
+}
+
+func toFollowerJSON(f feed.Follow) followerJSON {
+	return followerJSON{UserID: strconv.FormatUint(f.UserID, 10), FollowedAt: f.FollowedAt}
+}
+
+// listPage serves a page of a list keyed by the user in the path: parse the
+// id and the page, make the one service call, respond.
+func listPage[T, U any](c echo.Context, list func(ctx context.Context, id uint64, page feed.Page) ([]U, string, error), conv func(U) T) error {
+	id, err := pathID(c, "id")
 	if err != nil {
 		return err
 	}
@@ -173,47 +172,23 @@ func (a *api) listFollowing(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	list, next, err := a.svc.ListFollowing(c.Request().Context(), user, page)
+	items, next, err := list(c.Request().Context(), id, page)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, newPage(list, next, func(f feed.Follow) followingJSON {
-		return followingJSON{AuthorID: strconv.FormatUint(f.AuthorID, 10), FollowedAt: f.FollowedAt}
-	}))
+	return c.JSON(http.StatusOK, newPage(items, next, conv))
+}
+
+func (a *api) listFollowing(c echo.Context) error {
+	return listPage(c, a.svc.ListFollowing, toFollowingJSON)
 }
 
 func (a *api) listFollowers(c echo.Context) error {
-	author, err := pathID(c, "id")
-	if err != nil {
-		return err
-	}
-	page, err := parsePage(c)
-	if err != nil {
-		return err
-	}
-	list, next, err := a.svc.ListFollowers(c.Request().Context(), author, page)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, newPage(list, next, func(f feed.Follow) followerJSON {
-		return followerJSON{UserID: strconv.FormatUint(f.UserID, 10), FollowedAt: f.FollowedAt}
-	}))
+	return listPage(c, a.svc.ListFollowers, toFollowerJSON)
 }
 
 func (a *api) getFeed(c echo.Context) error {
-	user, err := pathID(c, "id")
-	if err != nil {
-		return err
-	}
-	page, err := parsePage(c)
-	if err != nil {
-		return err
-	}
-	posts, next, err := a.svc.Feed(c.Request().Context(), user, page)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, newPage(posts, next, toPostJSON))
+	return listPage(c, a.svc.Feed, toPostJSON)
 }
 
 // parseID parses a user, author or content id: a decimal uint64 above zero.

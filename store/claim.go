@@ -38,10 +38,16 @@ func claimUpdateSQL(t claimTable, rows int) string {
 		t.ready + " AND claimed_until < ? AND " + keyIn(t.key, rows)
 }
 
+// claimRow is a pointer to a row type of a claimable table.
+type claimRow[T any] interface {
+	*T
+	claimKey() []any // the row's key values, in the order of claimTable.key
+	setToken(uint64)
+}
+
 // claim leases up to limit ready rows whose lease ended before now to token
-// until leaseUntil, and returns them. keyOf lists a row's key values in the
-// order of t.key.
-func claim[T any](ctx context.Context, db *sqlx.DB, t claimTable, now, leaseUntil int64, limit int, token uint64, keyOf func(*T) []any) ([]T, error) {
+// until leaseUntil, and returns them carrying the token.
+func claim[T any, PT claimRow[T]](ctx context.Context, db *sqlx.DB, t claimTable, now, leaseUntil int64, limit int, token uint64) ([]T, error) {
 	var got []T
 	err := inTx(ctx, db, func(tx *sqlx.Tx) error {
 		got = got[:0]
@@ -56,7 +62,7 @@ func claim[T any](ctx context.Context, db *sqlx.DB, t claimTable, now, leaseUnti
 		}
 		args := []any{token, leaseUntil, now}
 		for i := range cand {
-			args = append(args, keyOf(&cand[i])...)
+			args = append(args, PT(&cand[i]).claimKey()...)
 		}
 		res, err := tx.ExecContext(ctx, claimUpdateSQL(t, len(cand)), args...)
 		if err != nil {
@@ -73,5 +79,8 @@ func claim[T any](ctx context.Context, db *sqlx.DB, t claimTable, now, leaseUnti
 		sel := "SELECT " + t.cols + " FROM " + t.table + " WHERE claim_token = ? AND " + keyIn(t.key, len(cand))
 		return sqlx.SelectContext(ctx, tx, &got, sel, append([]any{token}, args[3:]...)...)
 	})
+	for i := range got {
+		PT(&got[i]).setToken(token)
+	}
 	return got, wrap("claim "+t.table, err)
 }

@@ -43,13 +43,12 @@ var deliveryClaims = claimTable{
 
 // ClaimDeliveries leases up to limit unplanned deliveries of the shard.
 func (s *Store) ClaimDeliveries(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]DeliveryJob, error) {
-	jobs, err := claim(ctx, sh.DB, deliveryClaims, now, leaseUntil, limit, token,
-		func(j *DeliveryJob) []any { return []any{j.ContentID} })
-	for i := range jobs {
-		jobs[i].Token = token
-	}
-	return jobs, err
+	return claim[DeliveryJob](ctx, sh.DB, deliveryClaims, now, leaseUntil, limit, token)
 }
+
+func (j *DeliveryJob) claimKey() []any { return []any{j.ContentID} }
+
+func (j *DeliveryJob) setToken(token uint64) { j.Token = token }
 
 // PlanOptions decide how a delivery fans out.
 type PlanOptions struct {
@@ -200,13 +199,12 @@ var taskClaims = claimTable{
 
 // ClaimTasks leases up to limit unfinished fan-out tasks of the shard.
 func (s *Store) ClaimTasks(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]Task, error) {
-	tasks, err := claim(ctx, sh.DB, taskClaims, now, leaseUntil, limit, token,
-		func(t *Task) []any { return []any{t.ContentID, t.Seq} })
-	for i := range tasks {
-		tasks[i].Token = token
-	}
-	return tasks, err
+	return claim[Task](ctx, sh.DB, taskClaims, now, leaseUntil, limit, token)
 }
+
+func (j *Task) claimKey() []any { return []any{j.ContentID, j.Seq} }
+
+func (j *Task) setToken(token uint64) { j.Token = token }
 
 const followersPageSQL = `SELECT user_id FROM followers WHERE author_id = ? AND user_id > ? AND user_id <= ? ORDER BY user_id LIMIT ?`
 

@@ -161,13 +161,12 @@ var followEventClaims = claimTable{
 
 // ClaimFollowEvents leases up to limit follow events of the shard.
 func (s *Store) ClaimFollowEvents(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]FollowEvent, error) {
-	evs, err := claim(ctx, sh.DB, followEventClaims, now, leaseUntil, limit, token,
-		func(e *FollowEvent) []any { return []any{e.UserID, e.AuthorID} })
-	for i := range evs {
-		evs[i].Token = token
-	}
-	return evs, err
+	return claim[FollowEvent](ctx, sh.DB, followEventClaims, now, leaseUntil, limit, token)
 }
+
+func (j *FollowEvent) claimKey() []any { return []any{j.UserID, j.AuthorID} }
+
+func (j *FollowEvent) setToken(token uint64) { j.Token = token }
 
 const getFollowingSQL = `SELECT user_id, author_id, followed_at FROM following WHERE user_id = ? AND author_id = ?`
 
@@ -287,13 +286,12 @@ var switchClaims = claimTable{
 
 // ClaimSwitches leases up to limit authors of the shard that are switching mode.
 func (s *Store) ClaimSwitches(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]SwitchJob, error) {
-	jobs, err := claim(ctx, sh.DB, switchClaims, now, leaseUntil, limit, token,
-		func(j *SwitchJob) []any { return []any{j.AuthorID} })
-	for i := range jobs {
-		jobs[i].Token = token
-	}
-	return jobs, err
+	return claim[SwitchJob](ctx, sh.DB, switchClaims, now, leaseUntil, limit, token)
 }
+
+func (j *SwitchJob) claimKey() []any { return []any{j.AuthorID} }
+
+func (j *SwitchJob) setToken(token uint64) { j.Token = token }
 
 const markPullSQL = `UPDATE following SET pull = pull | 1 WHERE user_id IN (?) AND author_id = ?`
 
