@@ -28,7 +28,18 @@ func newProvider(db *sql.DB) (*goose.Provider, error) {
 	return goose.NewProvider(goose.DialectMySQL, db, migrations.FS, goose.WithDisableGlobalRegistry(true))
 }
 
+// versionTableSQL tells whether goose's version table exists; without it
+// every migration is pending.
+const versionTableSQL = `SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'goose_db_version'`
+
+// hasPendingMigrations reports whether the database lacks a migration. It
+// checks for goose's version table first: goose would create it, and a
+// readiness probe must not write, nor race a migrator's first step.
 func hasPendingMigrations(ctx context.Context, db *sql.DB) (bool, error) {
+	var n int
+	if err := db.QueryRowContext(ctx, versionTableSQL).Scan(&n); err != nil || n == 0 {
+		return true, err
+	}
 	p, err := newProvider(db)
 	if err != nil {
 		return false, err

@@ -37,6 +37,13 @@ func TestPingAndMigrate(t *testing.T) {
 		must(t, err)
 		defer st.Close()
 		wantCode(t, st.Ping(t.Context()), feed.EUNAVAILABLE)
+		// The probe wrote nothing: not even goose's version table.
+		var tables int
+		must(t, st.Shards()[0].DB.GetContext(t.Context(), &tables,
+			`SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()`))
+		if tables != 0 {
+			t.Fatalf("readiness probe created %d tables", tables)
+		}
 		must(t, st.Migrate(t.Context(), discard))
 		must(t, st.Ping(t.Context()))
 	})
