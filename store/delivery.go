@@ -238,8 +238,11 @@ const lockDeliveryRowSQL = `SELECT state FROM deliveries WHERE content_id = ? FO
 // task finished meanwhile: with both last batches seeing the other undone,
 // the delivery stayed running forever. Locking the rows exclusively (not
 // shared) also spares the DELETE that drops them a lock upgrade, which
-// deadlocked with ReleaseTask.
-const tasksLeftSQL = `SELECT COUNT(*) FROM fanout_tasks WHERE content_id = ? AND done = 0 FOR UPDATE`
+// deadlocked with ReleaseTask. FORCE INDEX keeps the read on the clustered
+// key: through idx_fanout_tasks_claim it held the index entries a sibling's
+// progress UPDATE needs while waiting for that sibling's row (a deadlock
+// seen under load).
+const tasksLeftSQL = `SELECT COUNT(*) FROM fanout_tasks FORCE INDEX (PRIMARY) WHERE content_id = ? AND done = 0 FOR UPDATE`
 
 const completeDeliverySQL = `UPDATE deliveries SET state = 2, delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?)
 WHERE content_id = ?`
