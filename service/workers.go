@@ -357,8 +357,15 @@ func (s *Service) runSwitches(ctx, work context.Context, sh *store.Shard) (int, 
 		if errors.Is(err, store.ErrLostClaim) || done {
 			return 1, nil
 		} else if err != nil {
+			// Marking is idempotent: give the switch back so the next
+			// claimant resumes at once instead of after the lease.
+			rctx, cancel := releaseCtx(work)
+			defer cancel()
+			_ = s.store.ReleaseSwitch(rctx, job)
 			return 1, err
 		}
 	}
-	return 1, nil
+	rctx, cancel := releaseCtx(work)
+	defer cancel()
+	return 1, s.store.ReleaseSwitch(rctx, job)
 }

@@ -293,6 +293,15 @@ func (j *SwitchJob) claimKey() []any { return []any{j.AuthorID} }
 
 func (j *SwitchJob) setToken(token uint64) { j.Token = token }
 
+const releaseSwitchSQL = `UPDATE authors SET claim_token = 0, claimed_until = 0 WHERE author_id = ? AND claim_token = ?`
+
+// ReleaseSwitch gives a claimed switch back for any worker to resume from
+// its progress mark, as on shutdown or after a failed batch.
+func (s *Store) ReleaseSwitch(ctx context.Context, job *SwitchJob) error {
+	_, err := s.ShardOf(job.AuthorID).DB.ExecContext(ctx, releaseSwitchSQL, job.AuthorID, job.Token)
+	return wrap("release switch", err)
+}
+
 const markPullSQL = `UPDATE following SET pull = pull | 1 WHERE user_id IN (?) AND author_id = ?`
 
 const advanceSwitchSQL = `UPDATE authors SET switch_after = ?, mode = ?, claimed_until = ? WHERE author_id = ? AND claim_token = ? AND mode = 1`
