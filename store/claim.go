@@ -84,3 +84,12 @@ func claim[T any, PT claimRow[T]](ctx context.Context, db *sqlx.DB, t claimTable
 	}
 	return got, wrap("claim "+t.table, err)
 }
+
+// release gives a claimed row back so any worker can take it at once, if the
+// token still holds it: on shutdown, after a failed step, or when a newer
+// operation means the row must run again.
+func release(ctx context.Context, db *sqlx.DB, t claimTable, key []any, token uint64) error {
+	q := "UPDATE " + t.table + " SET claim_token = 0, claimed_until = 0 WHERE " + keyIn(t.key, 1) + " AND claim_token = ?"
+	_, err := db.ExecContext(ctx, q, append(key, token)...)
+	return wrap("release "+t.table, err)
+}

@@ -385,21 +385,15 @@ func (s *Store) completeDelivery(ctx context.Context, tx *sqlx.Tx, contentID uin
 	return err
 }
 
-const releaseTaskSQL = `UPDATE fanout_tasks SET claimed_until = 0, claim_token = 0 WHERE content_id = ? AND seq = ? AND claim_token = ?`
-
 // ReleaseTask gives a claimed task back so any worker can take it at once,
 // as on shutdown or after a failed batch.
 func (s *Store) ReleaseTask(ctx context.Context, t *Task) error {
-	_, err := s.ShardOf(t.AuthorID).DB.ExecContext(ctx, releaseTaskSQL, t.ContentID, t.Seq, t.Token)
-	return wrap("release task", err)
+	return release(ctx, s.ShardOf(t.AuthorID).DB, taskClaims, t.claimKey(), t.Token)
 }
-
-const releaseDeliverySQL = `UPDATE deliveries SET claimed_until = 0, claim_token = 0 WHERE content_id = ? AND claim_token = ?`
 
 // ReleaseDelivery gives a claimed delivery back unplanned.
 func (s *Store) ReleaseDelivery(ctx context.Context, job DeliveryJob) error {
-	_, err := s.ShardOf(job.AuthorID).DB.ExecContext(ctx, releaseDeliverySQL, job.ContentID, job.Token)
-	return wrap("release delivery", err)
+	return release(ctx, s.ShardOf(job.AuthorID).DB, deliveryClaims, job.claimKey(), job.Token)
 }
 
 const deliveryStatusSQL = `SELECT state, mode, recipients, delivered FROM deliveries WHERE content_id = ? AND author_id = ?`

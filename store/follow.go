@@ -247,8 +247,6 @@ func (s *Store) RemoveFollower(ctx context.Context, authorID, userID uint64) err
 
 const finishFollowEventSQL = `DELETE FROM follow_events WHERE user_id = ? AND author_id = ? AND version = ? AND claim_token = ?`
 
-const releaseFollowEventSQL = `UPDATE follow_events SET claim_token = 0, claimed_until = 0 WHERE user_id = ? AND author_id = ? AND claim_token = ?`
-
 // FinishFollowEvent deletes the event if no newer operation arrived while it
 // was applied; otherwise it releases the claim so the event runs again and
 // reconciles with the newest state. It reports whether the event is gone.
@@ -266,8 +264,7 @@ func (s *Store) FinishFollowEvent(ctx context.Context, ev FollowEvent) (bool, er
 
 // ReleaseFollowEvent gives a claimed event back for any worker to retry.
 func (s *Store) ReleaseFollowEvent(ctx context.Context, ev FollowEvent) error {
-	_, err := s.ShardOf(ev.UserID).DB.ExecContext(ctx, releaseFollowEventSQL, ev.UserID, ev.AuthorID, ev.Token)
-	return wrap("release follow event", err)
+	return release(ctx, s.ShardOf(ev.UserID).DB, followEventClaims, ev.claimKey(), ev.Token)
 }
 
 // SwitchJob is a claimed author switching from push to pull mode.
@@ -293,13 +290,10 @@ func (j *SwitchJob) claimKey() []any { return []any{j.AuthorID} }
 
 func (j *SwitchJob) setToken(token uint64) { j.Token = token }
 
-const releaseSwitchSQL = `UPDATE authors SET claim_token = 0, claimed_until = 0 WHERE author_id = ? AND claim_token = ?`
-
 // ReleaseSwitch gives a claimed switch back for any worker to resume from
 // its progress mark, as on shutdown or after a failed batch.
 func (s *Store) ReleaseSwitch(ctx context.Context, job *SwitchJob) error {
-	_, err := s.ShardOf(job.AuthorID).DB.ExecContext(ctx, releaseSwitchSQL, job.AuthorID, job.Token)
-	return wrap("release switch", err)
+	return release(ctx, s.ShardOf(job.AuthorID).DB, switchClaims, job.claimKey(), job.Token)
 }
 
 const markPullSQL = `UPDATE following SET pull = pull | 1 WHERE user_id IN (?) AND author_id = ?`
