@@ -21,28 +21,20 @@ type InboxRow struct {
 	feed.Post
 }
 
-// InsertInboxRows writes rows with one multi-row INSERT IGNORE on sh (every
-// row must belong to sh; keep them to a thousand or so per call). It is the
-// fan-out ceiling: the same rows a fan-out batch writes, without the follow
-// check, the task bookkeeping or trimming. Returns the rows inserted.
+// InsertInboxRows writes rows with multi-row INSERT IGNORE statements of a
+// thousand rows on sh (every row must belong to sh). It is the fan-out
+// ceiling: the same rows a fan-out batch writes, without the follow check,
+// the task bookkeeping or trimming. Returns the rows inserted.
 func (sh *Shard) InsertInboxRows(ctx context.Context, rows []InboxRow) (int64, error) {
-	if len(rows) == 0 {
-		return 0, nil
-	}
-	args := make([]any, 0, 5*len(rows))
-	for _, r := range rows {
-		args = append(args, r.UserID, r.PublishTime, r.ContentID, r.AuthorID, r.Kind)
-	}
-	res, err := sh.DB.ExecContext(ctx, multiRowInsert(insertInboxHead, 5, len(rows), ""), args...)
-	if err != nil {
-		return 0, wrap("insert inbox rows", err)
-	}
-	n, err := res.RowsAffected()
+	n, err := insertChunks(ctx, sh.DB, insertInboxHead, 5, "", len(rows), func(i int) []any {
+		r := rows[i]
+		return []any{r.UserID, r.PublishTime, r.ContentID, r.AuthorID, r.Kind}
+	})
 	return n, wrap("insert inbox rows", err)
 }
 
-// LoadInbox bulk-loads inbox rows, routed to their users' shards, a thousand
-// rows per statement: for building benchmark data. Returns the rows inserted.
+// LoadInbox bulk-loads inbox rows, routed to their users' shards: for
+// building benchmark data. Returns the rows inserted.
 func (s *Store) LoadInbox(ctx context.Context, rows []InboxRow) (int64, error) {
 	byShard := map[*Shard][]InboxRow{}
 	for _, r := range rows {
@@ -51,12 +43,10 @@ func (s *Store) LoadInbox(ctx context.Context, rows []InboxRow) (int64, error) {
 	}
 	var total int64
 	for sh, rs := range byShard {
-		for start := 0; start < len(rs); start += seedChunk {
-			n, err := sh.InsertInboxRows(ctx, rs[start:min(start+seedChunk, len(rs))])
-			if err != nil {
-				return total, err
-			}
-			total += n
+		n, err := sh.InsertInboxRows(ctx, rs)
+		total += n
+		if err != nil {
+			return total, err
 		}
 	}
 	return total, nil

@@ -28,36 +28,20 @@ func (s *Store) ImportFollowers(ctx context.Context, authorID uint64, users []ui
 		pull, mode = PullBelowActive, AuthorPull
 	}
 	for sh, ids := range s.groupByShard(users) {
-		for start := 0; start < len(ids); start += seedChunk {
-			chunk := ids[start:min(start+seedChunk, len(ids))]
-			args := make([]any, 0, 4*len(chunk))
-			for _, u := range chunk {
-				args = append(args, u, authorID, followedAt, pull)
-			}
-			if _, err := sh.DB.ExecContext(ctx, multiRowInsert(seedFollowingHead, 4, len(chunk), ""), args...); err != nil {
-				return wrap("import followers", err)
-			}
+		if _, err := insertChunks(ctx, sh.DB, seedFollowingHead, 4, "", len(ids), func(i int) []any {
+			return []any{ids[i], authorID, followedAt, pull}
+		}); err != nil {
+			return wrap("import followers", err)
 		}
 	}
 	return wrap("import followers", inTx(ctx, s.ShardOf(authorID).DB, func(tx *sqlx.Tx) error {
-		var added int64
-		for start := 0; start < len(users); start += seedChunk {
-			chunk := users[start:min(start+seedChunk, len(users))]
-			args := make([]any, 0, 3*len(chunk))
-			for _, u := range chunk {
-				args = append(args, authorID, u, followedAt)
-			}
-			r, err := tx.ExecContext(ctx, multiRowInsert(seedFollowersHead, 3, len(chunk), ""), args...)
-			if err != nil {
-				return err
-			}
-			n, err := r.RowsAffected()
-			if err != nil {
-				return err
-			}
-			added += n
+		added, err := insertChunks(ctx, tx, seedFollowersHead, 3, "", len(users), func(i int) []any {
+			return []any{authorID, users[i], followedAt}
+		})
+		if err != nil {
+			return err
 		}
-		_, err := tx.ExecContext(ctx, seedAuthorSQL, authorID, added, mode)
+		_, err = tx.ExecContext(ctx, seedAuthorSQL, authorID, added, mode)
 		return err
 	}))
 }
@@ -70,16 +54,35 @@ const seedActivityTail = ` ON DUPLICATE KEY UPDATE last_read_at = VALUES(last_re
 // an active spell that began at activeSince: for loading benchmarks and tests.
 func (s *Store) ImportActivity(ctx context.Context, users []uint64, lastReadAt, activeSince int64) error {
 	for sh, ids := range s.groupByShard(users) {
-		for start := 0; start < len(ids); start += seedChunk {
-			chunk := ids[start:min(start+seedChunk, len(ids))]
-			args := make([]any, 0, 3*len(chunk))
-			for _, u := range chunk {
-				args = append(args, u, lastReadAt, activeSince)
-			}
-			if _, err := sh.DB.ExecContext(ctx, multiRowInsert(seedActivityHead, 3, len(chunk), seedActivityTail), args...); err != nil {
-				return wrap("import activity", err)
-			}
+		if _, err := insertChunks(ctx, sh.DB, seedActivityHead, 3, seedActivityTail, len(ids), func(i int) []any {
+			return []any{ids[i], lastReadAt, activeSince}
+		}); err != nil {
+			return wrap("import activity", err)
 		}
 	}
 	return nil
+}
+
+// insertChunks runs "head VALUES (…),(…) tail" over n rows in statements of
+// at most seedChunk rows, row(i) giving the cols values of row i, and
+// returns the rows affected.
+func insertChunks(ctx context.Context, db sqlx.ExecerContext, head string, cols int, tail string, n int, row func(i int) []any) (int64, error) {
+	var total int64
+	for start := 0; start < n; start += seedChunk {
+		end := min(start+seedChunk, n)
+		args := make([]any, 0, cols*(end-start))
+		for i := start; i < end; i++ {
+			args = append(args, row(i)...)
+		}
+		r, err := db.ExecContext(ctx, multiRowInsert(head, cols, end-start, tail), args...)
+		if err != nil {
+			return total, err
+		}
+		k, err := r.RowsAffected()
+		if err != nil {
+			return total, err
+		}
+		total += k
+	}
+	return total, nil
 }
