@@ -218,7 +218,9 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 			// A delete turned the task into a removal (or another worker
 			// took it over): give it back and wake the workers to take it
 			// up as it is now.
-			err := s.store.ReleaseTask(work, t)
+			rctx, cancel := releaseCtx(work)
+			defer cancel()
+			err := s.store.ReleaseTask(rctx, t)
 			s.wake.notify()
 			return 1, err
 		} else if err != nil {
