@@ -328,18 +328,11 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 				return err
 			}
 		}
-		if len(posts) > 0 {
-			args := make([]any, 0, 5*len(posts))
-			for _, p := range posts {
-				args = append(args, userID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind)
-			}
-			r, err := tx.ExecContext(ctx, multiRowInsert(insertInboxHead, 5, len(posts), ""), args...)
-			if err != nil {
-				return err
-			}
-			if res.Copied, err = r.RowsAffected(); err != nil {
-				return err
-			}
+		if res.Copied, err = insertChunks(ctx, tx, insertInboxHead, 5, "", len(posts), func(i int) []any {
+			p := posts[i]
+			return []any{userID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind}
+		}); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, settleFollowSQL, PullBelowActive, setBits, userID, authorID); err != nil {
 			return err
