@@ -214,6 +214,13 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 			ActiveAfter: s.now().Add(-s.activeWindow()).UnixMilli(),
 			LeaseUntil:  until,
 		})
+		if res.Users != nil { // the batch committed, even if its finish failed
+			s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
+			if !t.Retract {
+				s.sampleTrims(work, res.Users)
+			}
+			s.metrics.inboxRows.WithLabelValues(op).Add(float64(res.Written))
+		}
 		if errors.Is(err, store.ErrLostClaim) {
 			// A delete turned the task into a removal (or another worker
 			// took it over): give it back and wake the workers to take it
@@ -230,11 +237,6 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 			_ = s.store.ReleaseTask(rctx, t)
 			cancel()
 			return 1, err
-		}
-		s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
-		s.metrics.inboxRows.WithLabelValues(op).Add(float64(res.Written))
-		if !t.Retract {
-			s.sampleTrims(work, res.Users)
 		}
 		if res.TaskDone {
 			return 1, nil

@@ -228,21 +228,23 @@ const retractSQL = `DELETE FROM inbox WHERE user_id IN (?) AND publish_time = ? 
 const lockClaimedTaskSQL = `SELECT seq FROM fanout_tasks
 WHERE content_id = ? AND seq = ? AND claim_token = ? AND retract = ? AND done = 0 FOR UPDATE`
 
-const advanceTaskSQL = `UPDATE fanout_tasks SET last_user = ?, delivered = delivered + ?, done = ?, claimed_until = ?
+// advanceTaskSQL records a batch's progress on the task row the batch
+// locked (and so still owns).
+const advanceTaskSQL = `UPDATE fanout_tasks SET last_user = ?, delivered = delivered + ?, claimed_until = ?
+WHERE content_id = ? AND seq = ?`
+
+// finishTaskSQL marks a task whose followers are all written done, if the
+// caller still owns it in the same mode.
+const finishTaskSQL = `UPDATE fanout_tasks SET done = 1
 WHERE content_id = ? AND seq = ? AND claim_token = ? AND retract = ? AND done = 0`
 
-const lockDeliveryRowSQL = `SELECT state FROM deliveries WHERE content_id = ? FOR UPDATE`
-
-// tasksLeftSQL is a locking read. A plain SELECT would read the batch's
-// snapshot, taken before it waited for the delivery lock, and miss a sibling
-// task finished meanwhile: with both last batches seeing the other undone,
-// the delivery stayed running forever. Locking the rows exclusively (not
-// shared) also spares the DELETE that drops them a lock upgrade, which
-// deadlocked with ReleaseTask. FORCE INDEX keeps the read on the clustered
-// key: through idx_fanout_tasks_claim it held the index entries a sibling's
-// progress UPDATE needs while waiting for that sibling's row (a deadlock
-// seen under load).
-const tasksLeftSQL = `SELECT COUNT(*) FROM fanout_tasks FORCE INDEX (PRIMARY) WHERE content_id = ? AND done = 0 FOR UPDATE`
+// tasksLeftSQL counts a post's unfinished tasks. It runs in a READ
+// COMMITTED transaction that holds the delivery row, so it sees every
+// sibling finished before (they commit before releasing that row) without
+// locking the siblings' rows: a sibling in mid-batch holds its own. (A
+// snapshot read at the start of a batch missed a sibling finished
+// meanwhile, and the delivery stayed running forever.)
+const tasksLeftSQL = `SELECT COUNT(*) FROM fanout_tasks WHERE content_id = ? AND done = 0`
 
 const completeDeliverySQL = `UPDATE deliveries SET state = 2, delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?)
 WHERE content_id = ?`
@@ -269,8 +271,7 @@ type BatchResult struct {
 // mark in the same transaction as the author-shard writes. With one shard that
 // is a single transaction, so a crash at any instant loses and repeats
 // nothing; with several, the other shards' writes commit first and are
-// idempotent, so a replay after a crash writes nothing twice. The batch that
-// finishes the last task completes the delivery and drops its tasks.
+// idempotent, so a replay after a crash writes nothing twice.
 //
 // Before writing any inbox the batch locks the task row and checks the
 // claim: other shards' writes commit before the home transaction, so a
@@ -278,7 +279,13 @@ type BatchResult struct {
 // lock also holds a concurrent DeletePost until the batch commits, so the
 // retraction it starts sweeps after these writes.
 //
+// The batch that reaches the task's end then finishes the task in a
+// transaction of its own (see finishTask). A batch never locks the
+// delivery row, so the tasks of one post run side by side.
+//
 // Returns ErrLostClaim if the lease ended or the post was deleted meanwhile.
+// An error from the finish comes with the result of the batch, which
+// committed.
 func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (BatchResult, error) {
 	var res BatchResult
 	home := s.ShardOf(t.AuthorID)
@@ -291,13 +298,6 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 		// last follower (every task but the last ends exactly on one), which
 		// spares a task an empty batch just to find out.
 		res.TaskDone = len(res.Users) < opt.Size || res.Users[len(res.Users)-1] >= t.Hi
-		if res.TaskDone {
-			// Lock the delivery before the task row, the order DeletePost uses.
-			var state int
-			if err := tx.GetContext(ctx, &state, lockDeliveryRowSQL, t.ContentID); err != nil {
-				return err
-			}
-		}
 		var seq int
 		err := tx.GetContext(ctx, &seq, lockClaimedTaskSQL, t.ContentID, t.Seq, t.Token, t.Retract)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -321,12 +321,41 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 			}
 			res.Written += n
 		}
-		mark := t.LastUser
-		if len(res.Users) > 0 {
-			mark = res.Users[len(res.Users)-1]
+		if len(res.Users) == 0 {
+			return nil // nothing to record; the locked row proved the claim
 		}
-		r, err := tx.ExecContext(ctx, advanceTaskSQL, mark, len(res.Users), res.TaskDone, opt.LeaseUntil,
-			t.ContentID, t.Seq, t.Token, t.Retract)
+		mark := res.Users[len(res.Users)-1]
+		if _, err := tx.ExecContext(ctx, advanceTaskSQL, mark, len(res.Users), opt.LeaseUntil,
+			t.ContentID, t.Seq); err != nil {
+			return err
+		}
+		t.LastUser = mark
+		return nil
+	})
+	if err != nil {
+		return BatchResult{}, wrap("run task batch", err)
+	}
+	if res.TaskDone {
+		// The batch's writes stand even if the finish fails.
+		return res, wrap("finish task", s.finishTask(ctx, home, t))
+	}
+	return res, nil
+}
+
+// finishTask marks a task whose followers are all written done and, if it
+// was the post's last, completes the delivery and drops its tasks. It runs
+// after the task's last batch committed, in its own transaction, which locks
+// the delivery row before any task row (the order DeletePost uses): the
+// finishers of one post queue there, while their batches did not. If it
+// fails or the process dies first, the task keeps its progress mark at its
+// end, and the next claimant's batch finds no follower left and finishes it.
+func (s *Store) finishTask(ctx context.Context, home *Shard, t *Task) error {
+	return inTxWith(ctx, home.DB, readCommitted, func(tx *sqlx.Tx) error {
+		var state int
+		if err := tx.GetContext(ctx, &state, lockDeliverySQL, t.ContentID); err != nil {
+			return err
+		}
+		r, err := tx.ExecContext(ctx, finishTaskSQL, t.ContentID, t.Seq, t.Token, t.Retract)
 		if err != nil {
 			return err
 		}
@@ -335,18 +364,16 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 		} else if n == 0 {
 			return ErrLostClaim
 		}
-		if res.TaskDone {
-			if err := s.completeDelivery(ctx, tx, t.ContentID); err != nil {
-				return err
-			}
+		var left int
+		if err := tx.GetContext(ctx, &left, tasksLeftSQL, t.ContentID); err != nil || left > 0 {
+			return err
 		}
-		t.LastUser = mark
-		return nil
+		if _, err := tx.ExecContext(ctx, completeDeliverySQL, t.ContentID, t.ContentID); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, dropTasksSQL, t.ContentID)
+		return err
 	})
-	if err != nil {
-		return BatchResult{}, wrap("run task batch", err)
-	}
-	return res, nil
 }
 
 func (s *Store) writeInboxes(ctx context.Context, tx sqlx.ExtContext, t *Task, users []uint64, activeAfter int64) (int64, error) {
@@ -369,20 +396,6 @@ func (s *Store) writeInboxes(ctx context.Context, tx sqlx.ExtContext, t *Task, u
 		return 0, err
 	}
 	return r.RowsAffected()
-}
-
-// completeDelivery marks the delivery done when no task is left, and drops
-// the tasks (their counts are summed into the delivery first).
-func (s *Store) completeDelivery(ctx context.Context, tx *sqlx.Tx, contentID uint64) error {
-	var left int
-	if err := tx.GetContext(ctx, &left, tasksLeftSQL, contentID); err != nil || left > 0 {
-		return err
-	}
-	if _, err := tx.ExecContext(ctx, completeDeliverySQL, contentID, contentID); err != nil {
-		return err
-	}
-	_, err := tx.ExecContext(ctx, dropTasksSQL, contentID)
-	return err
 }
 
 // ReleaseTask gives a claimed task back so any worker can take it at once,

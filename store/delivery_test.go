@@ -343,14 +343,99 @@ func TestRunTaskBatch(t *testing.T) {
 		}
 	})
 
+	t.Run("the last batches of a post's tasks run side by side", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		author := uint64(1)
+		var users []uint64
+		for i := range uint64(20) {
+			users = append(users, 100+i)
+		}
+		planPost42(t, st, author, users, 10)
+		sh := st.ShardOf(author)
+		tasks, err := st.ClaimTasks(t.Context(), sh, t0, t0+lease, 2, newToken())
+		must(t, err)
+		if len(tasks) != 2 {
+			t.Fatalf("claimed %d tasks, want 2", len(tasks))
+		}
+		slices.SortFunc(tasks, func(a, b store.Task) int { return a.Seq - b.Seq })
+		// Hold the first task's batch inside its push: its first follower's
+		// following row is being deleted elsewhere (rolled back later).
+		tx, err := sh.DB.BeginTxx(t.Context(), nil)
+		must(t, err)
+		defer tx.Rollback()
+		mustExec(t, tx, "DELETE FROM following WHERE user_id = ? AND author_id = ?", users[0], author)
+		opt := store.BatchOptions{Size: 11, LeaseUntil: t0 + lease}
+		held := make(chan error, 1)
+		go func() {
+			r, err := st.RunTaskBatch(t.Context(), &tasks[0], opt)
+			if err == nil && (!r.TaskDone || r.Written != 10) {
+				err = fmt.Errorf("held batch: %+v", r)
+			}
+			held <- err
+		}()
+		waitBlocked(t, sh, "INSERT IGNORE INTO inbox", 1)
+		// The other task's last batch, and so its finish, go through.
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		r, err := st.RunTaskBatch(ctx, &tasks[1], opt)
+		must(t, err)
+		if !r.TaskDone || r.Written != 10 {
+			t.Fatalf("second task: %+v", r)
+		}
+		if d, err := st.GetDelivery(t.Context(), author, 42); err != nil || d.State != feed.DeliveryRunning || d.Delivered != 10 {
+			t.Errorf("delivery with one task left = %+v, %v", d, err)
+		}
+		must(t, tx.Rollback())
+		must(t, <-held)
+		if d, err := st.GetDelivery(t.Context(), author, 42); err != nil || d.State != feed.DeliveryDone || d.Delivered != 20 {
+			t.Errorf("delivery = %+v, %v; want done 20", d, err)
+		}
+	})
+
+	t.Run("a task whose last batch committed but did not finish is finished by the next claimant", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		author := uint64(1)
+		users := []uint64{100, 101, 102}
+		planPost42(t, st, author, users, 10)
+		sh := st.ShardOf(author)
+		tasks, err := st.ClaimTasks(t.Context(), sh, t0, t0+1000, 1, newToken())
+		must(t, err)
+		// The last batch's transaction commits; its finish fails (here: the
+		// delivery row is locked elsewhere until the context ends), as if
+		// the worker died between the two.
+		tx, err := sh.DB.BeginTxx(t.Context(), nil)
+		must(t, err)
+		mustExec(t, tx, "SELECT state FROM deliveries WHERE content_id = 42 FOR UPDATE")
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		_, err = st.RunTaskBatch(ctx, &tasks[0], store.BatchOptions{Size: 10, LeaseUntil: t0 + 1000})
+		cancel()
+		must(t, tx.Rollback())
+		if err == nil {
+			t.Fatal("the finish went through a locked delivery row")
+		}
+		if d, err := st.GetDelivery(t.Context(), author, 42); err != nil || d.State != feed.DeliveryRunning || d.Delivered != 3 {
+			t.Fatalf("delivery after the crash = %+v, %v", d, err)
+		}
+		// After the lease, the next claimant finds no follower left and finishes.
+		if n := runAllTasks(t, st, t0+2000, store.BatchOptions{Size: 10}); n != 1 {
+			t.Errorf("%d batches to finish, want 1", n)
+		}
+		if d, err := st.GetDelivery(t.Context(), author, 42); err != nil || d.State != feed.DeliveryDone || d.Delivered != 3 {
+			t.Errorf("delivery = %+v, %v; want done 3", d, err)
+		}
+		if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id = 42"); n != 4 {
+			t.Errorf("%d inbox rows, want 4", n)
+		}
+	})
+
 	t.Run("stale token writes nothing on any shard", func(t *testing.T) {
 		t.Parallel()
 		st := newStore(t, 2)
 		author := idOn(st, 0, 1)
 		users := append(idsOn(st, 0, 100, 5), idsOn(st, 1, 100, 5)...)
-		followMany(t, st, author, users)
-		publish(t, st, author, 42, t0)
-		plan(t, st, author, t0, store.PlanOptions{TaskSize: 1000})
+		planPost42(t, st, author, users, 1000)
 		home := st.ShardOf(author)
 		old, err := st.ClaimTasks(t.Context(), home, t0, t0+1000, 1, newToken())
 		must(t, err)
@@ -384,9 +469,7 @@ func TestRunTaskBatch(t *testing.T) {
 		st := newStore(t, 2)
 		author := idOn(st, 0, 1)
 		users := append(idsOn(st, 0, 100, 5), idsOn(st, 1, 100, 5)...)
-		followMany(t, st, author, users)
-		publish(t, st, author, 42, t0)
-		plan(t, st, author, t0, store.PlanOptions{TaskSize: 1000})
+		planPost42(t, st, author, users, 1000)
 		tasks, err := st.ClaimTasks(t.Context(), st.ShardOf(author), t0, t0+lease, 1, newToken())
 		must(t, err)
 		must(t, st.DeletePost(t.Context(), author, 42))
@@ -500,6 +583,7 @@ func TestRunTaskBatch(t *testing.T) {
 		if len(tasks) != 2 {
 			t.Fatalf("claimed %d tasks, want 2", len(tasks))
 		}
+		slices.SortFunc(tasks, func(a, b store.Task) int { return a.Seq - b.Seq })
 		// Hold the delivery row so that both final batches begin (and take
 		// their read views) before either commits.
 		conn, err := sh.DB.Connx(t.Context())
@@ -634,6 +718,15 @@ func TestRunTaskBatch(t *testing.T) {
 			t.Errorf("retraction = %+v, want done over 700", d)
 		}
 	})
+}
+
+// planPost42 makes users follow author, who publishes post 42 at t0, and
+// plans its delivery in tasks of taskSize followers.
+func planPost42(t *testing.T, st *store.Store, author uint64, users []uint64, taskSize int) {
+	t.Helper()
+	followMany(t, st, author, users)
+	publish(t, st, author, 42, t0)
+	plan(t, st, author, t0, store.PlanOptions{TaskSize: taskSize})
 }
 
 // waitBlocked waits until n sessions on sh's database are running a

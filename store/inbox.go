@@ -21,10 +21,14 @@ import (
 // trip. src 0: an inbox row; src 1: the state row (t, id = floor, NULL if
 // none; a = active_since; b = last_read_at); src 2: a pull author (t = pull
 // bits, a = author).
-const feedPageSQL = `(SELECT 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k, 0 AS b FROM inbox
+//
+// The server plans the statement at every execute, prepared or not; naming
+// each block's index spares it weighing the others (a few percent more
+// pages/s on MariaDB 10.11) and pins the plans the EXPLAIN tests check.
+const feedPageSQL = `(SELECT 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k, 0 AS b FROM inbox FORCE INDEX (PRIMARY)
  WHERE user_id = ? AND ` + keysetOlder + ` ORDER BY publish_time DESC, content_id DESC LIMIT ?)
-UNION ALL (SELECT 1, floor_time, floor_id, CAST(active_since AS UNSIGNED), '', last_read_at FROM user_state WHERE user_id = ?)
-UNION ALL (SELECT 2, pull, 0, author_id, '', 0 FROM following WHERE user_id = ? AND pull > 0)`
+UNION ALL (SELECT 1, floor_time, floor_id, CAST(active_since AS UNSIGNED), '', last_read_at FROM user_state FORCE INDEX (PRIMARY) WHERE user_id = ?)
+UNION ALL (SELECT 2, pull, 0, author_id, '', 0 FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0)`
 
 // PullAuthor is a followed author whose outbox reads merge.
 type PullAuthor struct {
