@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -58,25 +59,43 @@ func (s *Store) LoadInbox(ctx context.Context, rows []InboxRow) (int64, error) {
 const inboxPageSQL = `SELECT content_id, author_id, publish_time, kind FROM inbox
 WHERE user_id = ? AND ` + keysetOlder + ` ORDER BY publish_time DESC, content_id DESC LIMIT ?`
 
-// InboxPageStmt is inboxPageSQL prepared once; database/sql prepares it
-// once on each pooled connection it runs on.
+// headerProbeSQL is inboxPageSQL widened to one more key above every post,
+// (maxTime, maxID), where a per-user header row could keep what a page now
+// reads from user_state and following: the shape of a one-block feed page,
+// measured to price that design (docs/BENCHMARKS.md). No row has that key.
+const headerProbeSQL = `SELECT content_id, author_id, publish_time, kind FROM inbox
+WHERE user_id = ? AND (` + keysetOlder + ` OR (publish_time = ? AND content_id = ?))
+ORDER BY publish_time DESC, content_id DESC LIMIT ?`
+
+// InboxPageStmt is inboxPageSQL (or headerProbeSQL) prepared once;
+// database/sql prepares it once on each pooled connection it runs on.
 type InboxPageStmt struct {
-	stmt *sql.Stmt
+	stmt        *sql.Stmt
+	headerProbe bool
 }
 
-// PrepareInboxPage prepares the ceiling page statement on the shard.
-func (sh *Shard) PrepareInboxPage(ctx context.Context) (*InboxPageStmt, error) {
-	st, err := sh.DB.PrepareContext(ctx, inboxPageSQL)
+// PrepareInboxPage prepares the ceiling page statement on the shard, or
+// with headerProbe its one-block variant.
+func (sh *Shard) PrepareInboxPage(ctx context.Context, headerProbe bool) (*InboxPageStmt, error) {
+	q := inboxPageSQL
+	if headerProbe {
+		q = headerProbeSQL
+	}
+	st, err := sh.DB.PrepareContext(ctx, q)
 	if err != nil {
 		return nil, wrap("prepare inbox page", err)
 	}
-	return &InboxPageStmt{stmt: st}, nil
+	return &InboxPageStmt{stmt: st, headerProbe: headerProbe}, nil
 }
 
 // Page returns up to limit inbox entries of the user older than before,
 // newest first, appended to buf[:0].
 func (p *InboxPageStmt) Page(ctx context.Context, userID uint64, before feed.Key, limit int, buf []feed.Post) ([]feed.Post, error) {
-	rows, err := p.stmt.QueryContext(ctx, userID, before.PublishTime, before.PublishTime, before.ContentID, limit)
+	args := []any{userID, before.PublishTime, before.PublishTime, before.ContentID, limit}
+	if p.headerProbe {
+		args = slices.Insert(args, 4, any(maxTime), any(maxID))
+	}
+	rows, err := p.stmt.QueryContext(ctx, args...)
 	if err != nil {
 		return nil, wrap("inbox page", err)
 	}

@@ -90,6 +90,7 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 	err0 := counterOf(reg, "feed_worker_errors_total")
 	bSum0, bCount0 := histogramOf(reg, "feed_fanout_batch_seconds")
 	want := int64(b.opt.FanoutAuthors * b.opt.FanoutFollowers)
+	cpu0 := readCPUTimes()
 	start := time.Now()
 	for a := range b.opt.FanoutAuthors {
 		if _, _, err := svc.Publish(ctx, service.PublishInput{AuthorID: fanoutAuthorBase + uint64(a)}); err != nil {
@@ -104,6 +105,7 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 		rows = int64(counterOf(reg, "feed_fanout_inbox_rows_total") - rows0)
 	}
 	el := time.Since(start)
+	w.addCPU(cpu0)
 	if err := b.stack.waitIdle(ctx, time.Minute); err != nil {
 		return err
 	}
@@ -138,6 +140,7 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 	}
 	var next, written atomic.Int64
 	var g group
+	cpu0 := readCPUTimes()
 	start := time.Now()
 	for range b.opt.Workers {
 		g.Go(func() error {
@@ -158,6 +161,7 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 		return err
 	}
 	w.Time += time.Since(start)
+	w.addCPU(cpu0)
 	w.Rows += written.Load()
 	return nil
 }

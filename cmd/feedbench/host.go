@@ -55,14 +55,25 @@ func (h *hostSampler) sample() {
 // read returns the CPU ticks of every process but this one and the
 // database servers; ok is false where /proc is missing.
 func (h *hostSampler) read() (map[string]int64, bool) {
+	out := map[string]int64{}
+	ok := eachProcess(func(pid, comm string, ticks int64) {
+		if pid != h.self && !databaseServers[comm] {
+			out[pid] = ticks
+		}
+	})
+	return out, ok
+}
+
+// eachProcess calls fn with every process's pid, command name and CPU ticks
+// (user + system) so far; false where /proc is missing.
+func eachProcess(fn func(pid, comm string, ticks int64)) bool {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil, false
+		return false
 	}
-	out := map[string]int64{}
 	for _, e := range ents {
 		pid := e.Name()
-		if pid == h.self || pid[0] < '0' || pid[0] > '9' {
+		if pid[0] < '0' || pid[0] > '9' {
 			continue
 		}
 		b, err := os.ReadFile("/proc/" + pid + "/stat")
@@ -75,9 +86,6 @@ func (h *hostSampler) read() (map[string]int64, bool) {
 		if open < 0 || closing < open {
 			continue
 		}
-		if databaseServers[s[open+1:closing]] {
-			continue
-		}
 		f := strings.Fields(s[closing+1:])
 		// Fields after comm start at state (field 3); utime and stime are 14 and 15.
 		if len(f) < 13 {
@@ -86,10 +94,29 @@ func (h *hostSampler) read() (map[string]int64, bool) {
 		ut, err1 := strconv.ParseInt(f[11], 10, 64)
 		st, err2 := strconv.ParseInt(f[12], 10, 64)
 		if err1 == nil && err2 == nil {
-			out[pid] = ut + st
+			fn(pid, s[open+1:closing], ut+st)
 		}
 	}
-	return out, true
+	return true
+}
+
+// cpuTimes is CPU time used so far, in seconds, by this process and by the
+// database servers on this machine (all of them: a remote server is not
+// seen, and DB is then 0).
+type cpuTimes struct{ Self, DB float64 }
+
+func readCPUTimes() cpuTimes {
+	var c cpuTimes
+	self := strconv.Itoa(os.Getpid())
+	eachProcess(func(pid, comm string, ticks int64) {
+		switch {
+		case pid == self:
+			c.Self += float64(ticks) / clockTicks
+		case databaseServers[comm]:
+			c.DB += float64(ticks) / clockTicks
+		}
+	})
+	return c
 }
 
 // mean and max of the samples, in cores.

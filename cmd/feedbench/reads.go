@@ -66,18 +66,21 @@ func (b *bench) reads(ctx context.Context) error {
 		return err
 	}
 
-	raw, err := b.sh.PrepareInboxPage(ctx)
-	if err != nil {
-		return err
-	}
-	defer raw.Close()
-	rawPager := func(ctx context.Context, s *session) (bool, error) {
-		posts, err := raw.Page(ctx, s.user, s.key, pageLimit+1, nil)
-		if err != nil || len(posts) <= pageLimit {
-			return false, err
+	rawPagers := make([]pager, 2)
+	for i, headerProbe := range []bool{false, true} {
+		raw, err := b.sh.PrepareInboxPage(ctx, headerProbe)
+		if err != nil {
+			return err
 		}
-		s.key = posts[pageLimit-1].Key()
-		return true, nil
+		defer raw.Close()
+		rawPagers[i] = func(ctx context.Context, s *session) (bool, error) {
+			posts, err := raw.Page(ctx, s.user, s.key, pageLimit+1, nil)
+			if err != nil || len(posts) <= pageLimit {
+				return false, err
+			}
+			s.key = posts[pageLimit-1].Key()
+			return true, nil
+		}
 	}
 	storePager := func(ctx context.Context, s *session) (bool, error) {
 		snap, err := b.st.ReadFeed(ctx, s.user, s.key, pageLimit+1)
@@ -112,7 +115,8 @@ func (b *bench) reads(ctx context.Context) error {
 		diagnostic bool
 	}
 	runs := []runSpec{
-		{key: readRaw, name: "ceiling: raw keyset SELECT on inbox, prepared once per connection (database/sql Stmt)", users: inboxOnly, read: rawPager, fixedQ: 1},
+		{key: readRaw, name: "ceiling: raw keyset SELECT on inbox, prepared once per connection (database/sql Stmt)", users: inboxOnly, read: rawPagers[0], fixedQ: 1},
+		{key: readProbe, name: "diagnostic: the raw SELECT widened to one header key above every post (`… OR (publish_time, content_id) = (max, max)`): the shape of a one-block page, not the service's", users: inboxOnly, read: rawPagers[1], fixedQ: 1, diagnostic: true},
 		{key: readStore, name: "diagnostic: store.ReadFeed, the page's one statement (a UNION ALL of index lookups), no HTTP", users: inboxOnly, read: storePager, fixedQ: 1, diagnostic: true},
 		{key: readService, name: "diagnostic: service.Feed in-process, no HTTP", users: inboxOnly, read: servicePager, diagnostic: true},
 		{key: readInbox, name: "inbox-only readers, HTTP", users: inboxOnly, read: httpPager},

@@ -25,6 +25,7 @@ const (
 // Keys of the reader runs of phase C.
 const (
 	readRaw     = "raw"
+	readProbe   = "probe"
 	readStore   = "store"
 	readService = "service"
 	readInbox   = "inbox"
@@ -48,10 +49,28 @@ type writerStats struct {
 	Trimmed      int64   // feed_inbox_trimmed_rows_total
 	BatchSeconds float64 // feed_fanout_batch_seconds sum
 	Batches      int64
-	WorkerErrors int64 // feed_worker_errors_total
+	WorkerErrors int64    // feed_worker_errors_total
+	CPU          cpuTimes // used during the measured windows
 }
 
 func (w writerStats) Rate() float64 { return rate(w.Rows, w.Time) }
+
+// addCPU adds the CPU used since from to the writer's.
+func (w *writerStats) addCPU(from cpuTimes) {
+	now := readCPUTimes()
+	w.CPU.Self += now.Self - from.Self
+	w.CPU.DB += now.DB - from.DB
+}
+
+// cpuPer100k is the CPU seconds a writer used per 100,000 rows: the
+// database server's and this process's (service, workers and clients).
+func (w writerStats) cpuPer100k() string {
+	if w.Rows == 0 || w.CPU.DB == 0 {
+		return "— | —"
+	}
+	k := 100_000 / float64(w.Rows)
+	return fmt.Sprintf("%.2f | %.2f", w.CPU.DB*k, w.CPU.Self*k)
+}
 
 type fanoutResult struct {
 	Authors, Followers, Rounds, Workers, Batch, InboxLimit int
@@ -222,26 +241,29 @@ func (r *report) renderFanout(p func(string, ...any)) {
 		f.Rounds, count(f.Authors*f.Followers))
 	p("followers were loaded with %d rows each; the inbox limit is %d). Rounds reverse the order of the",
 		r.Opt.InboxRows, f.InboxLimit)
-	p("writers. Fan-out time runs from the first publish to the commit that finishes the last delivery.")
+	p("writers. Fan-out time runs from the first publish to the commit of the last batch. CPU columns: seconds")
+	p("of CPU per 100,000 rows used during the writer's windows by the database server processes on this")
+	p("machine and by the benchmark process (service, workers, HTTP server and clients); the machine has")
+	p("%d CPUs, so rows/s is bounded by what the two together spend per row.", runtime.NumCPU())
 	p("")
-	p("| writer | rows | seconds | rows/s | batches (mean) | rows trimmed | worker errors |")
-	p("|---|---:|---:|---:|---:|---:|---:|")
+	p("| writer | rows | seconds | rows/s | batches (mean) | rows trimmed | worker errors | server CPU s / 100k rows | benchmark CPU s / 100k rows |")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	batches := func(w writerStats) string {
 		if w.Batches == 0 {
 			return "—"
 		}
 		return fmt.Sprintf("%s (%.1f ms)", count(int(w.Batches)), w.BatchSeconds/float64(w.Batches)*1000)
 	}
-	p("| **fan-out workers** (`service.RunWorkers`, %d fan-out goroutines, task and batch size %d, inbox limit %d) | %s | %.2f | **%s** | %s | %s | %d |",
+	p("| **fan-out workers** (`service.RunWorkers`, %d fan-out goroutines, task and batch size %d, inbox limit %d) | %s | %.2f | **%s** | %s | %s | %d | %s |",
 		f.Workers, f.Batch, f.InboxLimit, count(int(f.Fanout.Rows)), f.Fanout.Time.Seconds(), count(int(f.Fanout.Rate())),
-		batches(f.Fanout), count(int(f.Fanout.Trimmed)), f.Fanout.WorkerErrors)
+		batches(f.Fanout), count(int(f.Fanout.Trimmed)), f.Fanout.WorkerErrors, f.Fanout.cpuPer100k())
 	if f.NoTrimRun {
-		p("| diagnostic: the same workers with retention off (inbox limit 2^30: sampled trims never fire) | %s | %.2f | %s | %s | %s | %d |",
+		p("| diagnostic: the same workers with retention off (inbox limit 2^30: sampled trims never fire) | %s | %.2f | %s | %s | %s | %d | %s |",
 			count(int(f.NoTrim.Rows)), f.NoTrim.Time.Seconds(), count(int(f.NoTrim.Rate())),
-			batches(f.NoTrim), count(int(f.NoTrim.Trimmed)), f.NoTrim.WorkerErrors)
+			batches(f.NoTrim), count(int(f.NoTrim.Trimmed)), f.NoTrim.WorkerErrors, f.NoTrim.cpuPer100k())
 	}
-	p("| ceiling: raw `INSERT IGNORE INTO inbox … VALUES (…),(…)`, %d rows per statement, %d connections, same users | %s | %.2f | **%s** | — | — | — |",
-		f.Batch, f.Workers, count(int(f.Ceiling.Rows)), f.Ceiling.Time.Seconds(), count(int(f.Ceiling.Rate())))
+	p("| ceiling: raw `INSERT IGNORE INTO inbox … VALUES (…),(…)`, %d rows per statement, %d connections, same users | %s | %.2f | **%s** | — | — | — | %s |",
+		f.Batch, f.Workers, count(int(f.Ceiling.Rows)), f.Ceiling.Time.Seconds(), count(int(f.Ceiling.Rate())), f.Ceiling.cpuPer100k())
 	p("")
 	p("| ratio | value | target | verdict |")
 	p("|---|---:|---:|---|")
@@ -346,6 +368,7 @@ func (r *report) renderReads(p func(string, ...any)) {
 	ratio(fmt.Sprintf("%d-pull HTTP / inbox-only HTTP", pullFew), readFew, readInbox, targetPullRead)
 	ratio(fmt.Sprintf("%d-pull HTTP / inbox-only HTTP", pullMany), readMany, readInbox, 0)
 	ratio("diagnostic: store.ReadFeed / raw SELECT", readStore, readRaw, 0)
+	ratio("diagnostic: one-block page shape / raw SELECT", readProbe, readRaw, 0)
 	ratio("diagnostic: service.Feed / raw SELECT", readService, readRaw, 0)
 	ratio("diagnostic: inbox-only HTTP / service.Feed", readInbox, readService, 0)
 	p("")
