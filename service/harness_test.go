@@ -201,11 +201,12 @@ func (h *harness) seedFollowers(t testing.TB, author uint64, users []uint64) {
 	for _, u := range users {
 		sh := h.store.ShardOf(u)
 		byShard[sh] = append(byShard[sh], []any{u, author, now})
-		states[sh] = append(states[sh], []any{u})
+		states[sh] = append(states[sh], []any{u, store.Top.PublishTime, store.Top.ContentID, 0, ""})
 	}
 	for sh, rows := range byShard {
 		insert(sh.DB, "INSERT INTO following (user_id, author_id, followed_at)", rows)
-		insert(sh.DB, "INSERT IGNORE INTO user_state (user_id)", states[sh])
+		// The users' inbox header rows, as a follow would create them.
+		insert(sh.DB, "INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)", states[sh])
 	}
 	home := h.store.ShardOf(author).DB
 	rows := make([][]any, len(users))

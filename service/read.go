@@ -42,7 +42,7 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]fe
 		return nil, "", err
 	}
 	activeSince := s.markRead(ctx, userID, snap)
-	queries := 1
+	queries := snap.Statements
 	sources := make([]store.PullSource, 0, len(snap.Pull))
 	for _, pa := range snap.Pull {
 		bound := before

@@ -216,9 +216,11 @@ const pushSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, au
 SELECT f.user_id, ?, ?, ?, ? FROM following f WHERE f.user_id IN (?) AND f.author_id = ?`
 
 // pushActiveSQL is pushSQL restricted to users who read their feed at or
-// after a cutoff: selective push for authors above the push threshold.
+// after a cutoff (as their header rows say): selective push for authors
+// above the push threshold.
 const pushActiveSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
-SELECT f.user_id, ?, ?, ?, ? FROM following f JOIN user_state u ON u.user_id = f.user_id
+SELECT f.user_id, ?, ?, ?, ? FROM following f JOIN inbox u
+ ON u.user_id = f.user_id AND u.publish_time = 9223372036854775807 AND u.content_id = 18446744073709551615
 WHERE f.user_id IN (?) AND f.author_id = ? AND u.last_read_at >= ?`
 
 const retractSQL = `DELETE FROM inbox WHERE user_id IN (?) AND publish_time = ? AND content_id = ?`

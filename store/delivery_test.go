@@ -634,9 +634,9 @@ func TestRunTaskBatch(t *testing.T) {
 				must(t, st.MarkRead(t.Context(), u, activeAfter-1, activeAfter-1, 0))
 			}
 		}
-		never := idOn(st, 1, 5000) // follows but never read: no user_state row
+		never := idOn(st, 1, 5000) // follows but never read: no header row
 		followMany(t, st, author, []uint64{never})
-		mustExec(t, st.ShardOf(never).DB, "DELETE FROM user_state WHERE user_id = ?", never)
+		mustExec(t, st.ShardOf(never).DB, "DELETE FROM inbox WHERE user_id = ? AND "+store.HeaderKeySQL, never)
 
 		publish(t, st, author, 42, t0)
 		res := plan(t, st, author, t0, store.PlanOptions{TaskSize: 5})

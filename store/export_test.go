@@ -4,6 +4,8 @@ package store
 // test file, so the test can use storetest, which imports this package.
 const (
 	FeedPageSQL      = feedPageSQL
+	FeedPagePullSQL  = feedPagePullSQL
+	HeaderKeySQL     = headerKeySQL
 	ListPostsSQL     = listPostsSQL
 	PullPartSQL      = pullPartSQL
 	FollowersPageSQL = followersPageSQL

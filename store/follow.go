@@ -27,14 +27,6 @@ const (
 	AuthorPull      = 2
 )
 
-// ensureUserStateSQL creates the user's state row if missing and, either
-// way, leaves it locked exclusively. INSERT IGNORE would leave a shared lock
-// on an existing row, and two transactions upgrading theirs with the FOR
-// UPDATE that follows deadlock: concurrent follows of one user failed so.
-const ensureUserStateSQL = `INSERT INTO user_state (user_id) VALUES (?) ON DUPLICATE KEY UPDATE user_id = user_id`
-
-const lockUserStateSQL = `SELECT user_id FROM user_state WHERE user_id = ? FOR UPDATE`
-
 const isFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ? AND author_id = ?`
 
 const countFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ?`
@@ -59,13 +51,9 @@ ON DUPLICATE KEY UPDATE version = version + 1`
 func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowing int, now int64) (created bool, err error) {
 	err = inTx(ctx, s.ShardOf(userID).DB, func(tx *sqlx.Tx) error {
 		created = false
-		// Lock the user's state row: concurrent follows of one user queue
+		// Lock the user's header row: concurrent follows of one user queue
 		// here, so the cap holds.
-		if _, err := tx.ExecContext(ctx, ensureUserStateSQL, userID); err != nil {
-			return err
-		}
-		var id uint64
-		if err := tx.GetContext(ctx, &id, lockUserStateSQL, userID); err != nil {
+		if _, err := tx.ExecContext(ctx, ensureHeaderSQL, userID); err != nil {
 			return err
 		}
 		var n int
@@ -80,12 +68,18 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 		if _, err := tx.ExecContext(ctx, insertFollowingSQL, userID, authorID, now, PullPending); err != nil {
 			return err
 		}
+		if _, err := tx.ExecContext(ctx, setPullsSQL, userID); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, queueFollowEventSQL, userID, authorID, now); err != nil {
 			return err
 		}
 		created = true
 		return nil
 	})
+	if created {
+		s.ShardOf(userID).pullHints.set(userID, true) // the backfill is pending
+	}
 	return created, wrap("follow", err)
 }
 
@@ -95,6 +89,11 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 // author not followed does nothing.
 func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64) error {
 	err := inTx(ctx, s.ShardOf(userID).DB, func(tx *sqlx.Tx) error {
+		// The header row is the user's lock (pull bits change here).
+		var locked []uint64
+		if err := tx.SelectContext(ctx, &locked, lockHeaderSQL, userID); err != nil {
+			return err
+		}
 		r, err := tx.ExecContext(ctx, deleteFollowingSQL, userID, authorID)
 		if err != nil {
 			return err
@@ -103,6 +102,9 @@ func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, purgeAuthorSQL, userID, authorID); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, recountPullsSQL, userID, userID); err != nil {
 			return err
 		}
 		_, err = tx.ExecContext(ctx, queueFollowEventSQL, userID, authorID, now)
@@ -317,6 +319,9 @@ func (s *Store) RunSwitchBatch(ctx context.Context, job *SwitchJob, size int, le
 		q, args, err := sqlx.In(markPullSQL, ids, job.AuthorID)
 		if err != nil {
 			return false, err
+		}
+		if err := sh.markPulls(ctx, ids); err != nil {
+			return false, wrap("switch batch", err)
 		}
 		if _, err := sh.DB.ExecContext(ctx, q, args...); err != nil {
 			return false, wrap("switch batch", err)

@@ -13,23 +13,6 @@ import (
 	"github.com/feedhq/feed"
 )
 
-// feedPageSQL reads, in one statement and so one consistent snapshot, all a
-// feed page needs from the user's shard: the inbox page (a backward range
-// scan of the primary key), the user's read state and inbox floor, and the
-// followed authors that reads must pull. One statement keeps the floor and
-// the rows it bounds consistent with a concurrent trim, and costs one round
-// trip. src 0: an inbox row; src 1: the state row (t, id = floor, NULL if
-// none; a = active_since; b = last_read_at); src 2: a pull author (t = pull
-// bits, a = author).
-//
-// The server plans the statement at every execute, prepared or not; naming
-// each block's index spares it weighing the others (a few percent more
-// pages/s on MariaDB 10.11) and pins the plans the EXPLAIN tests check.
-const feedPageSQL = `(SELECT 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k, 0 AS b FROM inbox FORCE INDEX (PRIMARY)
- WHERE user_id = ? AND ` + keysetOlder + ` ORDER BY publish_time DESC, content_id DESC LIMIT ?)
-UNION ALL (SELECT 1, floor_time, floor_id, CAST(active_since AS UNSIGNED), '', last_read_at FROM user_state FORCE INDEX (PRIMARY) WHERE user_id = ?)
-UNION ALL (SELECT 2, pull, 0, author_id, '', 0 FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0)`
-
 // PullAuthor is a followed author whose outbox reads merge.
 type PullAuthor struct {
 	AuthorID uint64
@@ -43,71 +26,39 @@ type FeedSnapshot struct {
 	Pull        []PullAuthor
 	LastReadAt  int64
 	ActiveSince int64
-}
-
-// feedPageStmt returns the shard's prepared feed statement, preparing it on
-// first use; database/sql then re-prepares it on each pooled connection.
-func (sh *Shard) feedPageStmt(ctx context.Context) (*sqlx.Stmt, error) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if sh.feedPage == nil {
-		st, err := sh.DB.PreparexContext(ctx, feedPageSQL)
-		if err != nil {
-			return nil, err
-		}
-		sh.feedPage = st
-	}
-	return sh.feedPage, nil
+	Statements  int // statements the read ran
 }
 
 // ReadFeed returns the user's inbox entries older than before (up to limit)
-// with the state needed to merge pull sources into them.
+// with the state needed to merge pull sources into them, in one statement
+// for a user with nothing to pull, and otherwise in one statement that
+// reads the pull authors too (two if the user was not known to pull: the
+// first one finds the mark). Statements reports how many ran.
 func (s *Store) ReadFeed(ctx context.Context, userID uint64, before feed.Key, limit int) (FeedSnapshot, error) {
 	sh := s.ShardOf(userID)
-	var snap FeedSnapshot
-	st, err := sh.feedPageStmt(ctx)
+	withPull := sh.pullHints.has(userID)
+	snap, pulls, err := sh.readFeedPage(ctx, withPull, userID, before, limit)
+	snap.Statements = 1
+	if err == nil && pulls && !withPull {
+		snap, pulls, err = sh.readFeedPage(ctx, true, userID, before, limit)
+		snap.Statements = 2
+	}
 	if err != nil {
-		return snap, wrap("read feed", err)
+		return FeedSnapshot{}, wrap("read feed", err)
 	}
-	rows, err := st.QueryContext(ctx, userID, before.PublishTime, before.PublishTime, before.ContentID, limit,
-		userID, userID)
-	if err != nil {
-		return snap, wrap("read feed", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var src int
-		var t sql.NullInt64
-		var id sql.Null[uint64]
-		var a uint64
-		var k string
-		var b int64
-		if err := rows.Scan(&src, &t, &id, &a, &k, &b); err != nil {
-			return snap, wrap("read feed", err)
-		}
-		switch src {
-		case 0:
-			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: id.V, AuthorID: a, PublishTime: t.Int64, Kind: k})
-		case 1:
-			if t.Valid {
-				snap.Floor = &feed.Key{PublishTime: t.Int64, ContentID: id.V}
-			}
-			snap.ActiveSince, snap.LastReadAt = int64(a), b
-		case 2:
-			snap.Pull = append(snap.Pull, PullAuthor{AuthorID: a, Pull: int(t.Int64)})
-		}
-	}
-	return snap, wrap("read feed", rows.Err())
+	sh.pullHints.set(userID, pulls)
+	return snap, nil
 }
 
-// markReadSQL records a feed read. active_since is assigned before
-// last_read_at (MySQL and MariaDB apply SET left to right), so the test on
-// the old last_read_at sees the value from before this read: a user inactive
-// until now starts a new active spell.
-const markReadSQL = `INSERT INTO user_state (user_id, last_read_at, active_since) VALUES (?, ?, ?)
+// markReadSQL records a feed read in the user's header row. active_since
+// is assigned before last_read_at (MySQL and MariaDB apply SET left to
+// right), so the test on the old last_read_at sees the value from before
+// this read: a user inactive until now starts a new active spell.
+const markReadSQL = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, last_read_at, active_since)
+VALUES (?, 9223372036854775807, 18446744073709551615, 0, '', ?, ?)
 ON DUPLICATE KEY UPDATE
-  active_since = IF(last_read_at < ?, VALUES(active_since), active_since),
-  last_read_at = GREATEST(last_read_at, VALUES(last_read_at))`
+  active_since = IF(COALESCE(last_read_at, 0) < ?, VALUES(active_since), active_since),
+  last_read_at = GREATEST(COALESCE(last_read_at, 0), VALUES(last_read_at))`
 
 // MarkRead records that the user read their feed at now. If the previous
 // read was before inactiveBefore, the user's active spell restarts at
@@ -117,15 +68,15 @@ func (s *Store) MarkRead(ctx context.Context, userID uint64, now, activeSince, i
 	return wrap("mark read", err)
 }
 
-const lockFloorSQL = `SELECT floor_time, floor_id FROM user_state WHERE user_id = ? FOR UPDATE`
+const lockFloorSQL = `SELECT floor_time, floor_id FROM inbox WHERE user_id = ? AND ` + headerKeySQL + ` FOR UPDATE`
 
-const setFloorSQL = `UPDATE user_state SET floor_time = ?, floor_id = ? WHERE user_id = ?`
+const setFloorSQL = `UPDATE inbox SET floor_time = ?, floor_id = ? WHERE user_id = ? AND ` + headerKeySQL
 
-// raiseFloor locks the user's state row and moves the floor up to key if it
+// raiseFloor locks the user's header row and moves the floor up to key if it
 // is below it. Callers take this lock before touching the inbox, so trims
 // and backfills of one user queue on it.
 func raiseFloor(ctx context.Context, tx *sqlx.Tx, userID uint64, key *feed.Key) error {
-	if _, err := tx.ExecContext(ctx, ensureUserStateSQL, userID); err != nil {
+	if _, err := tx.ExecContext(ctx, ensureHeaderSQL, userID); err != nil {
 		return err
 	}
 	var t sql.NullInt64
@@ -146,28 +97,26 @@ func raiseFloor(ctx context.Context, tx *sqlx.Tx, userID uint64, key *feed.Key) 
 // trimChunk bounds the users one trim statement covers.
 const trimChunk = 64
 
-const lockStatesHead = `INSERT INTO user_state (user_id)`
+const lockHeadersTail = ` ON DUPLICATE KEY UPDATE user_id = user_id`
 
-const lockStatesTail = ` ON DUPLICATE KEY UPDATE user_id = user_id`
-
-const floorsSQL = `SELECT user_id, floor_time, floor_id FROM user_state WHERE user_id IN (?) FOR UPDATE`
+const floorsSQL = `SELECT user_id, floor_time, floor_id FROM inbox WHERE user_id IN (?) AND ` + headerKeySQL + ` FOR UPDATE`
 
 // trimBoundaryPartSQL finds, in one user's inbox, the entries ranked limit
 // and limit+1 from the newest: a rank lookup inside one index range (the
 // server skips the keys), not paging. Two rows mean the inbox is over its
 // limit and the first is the oldest entry to keep.
-const trimBoundaryPartSQL = `(SELECT user_id, publish_time, content_id FROM inbox WHERE user_id = ?
+const trimBoundaryPartSQL = `(SELECT user_id, publish_time, content_id FROM inbox WHERE user_id = ? AND publish_time < 9223372036854775807
 ORDER BY publish_time DESC, content_id DESC LIMIT 2 OFFSET ?)`
 
 const trimPartSQL = `(user_id = ? AND ` + keysetOlder + `)`
 
-const setFloorsHead = `INSERT INTO user_state (user_id, floor_time, floor_id)`
+const setFloorsHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, floor_time, floor_id)`
 
 const setFloorsTail = ` ON DUPLICATE KEY UPDATE floor_time = VALUES(floor_time), floor_id = VALUES(floor_id)`
 
 // trimUsers cuts each user's inbox back to its newest limit entries and
 // raises each floor to the oldest entry kept, with five statements per 64
-// users whatever their number: lock the state rows (ascending, so
+// users whatever their number: lock the header rows (ascending, so
 // concurrent trims queue instead of deadlocking), read the floors, find the
 // boundaries, delete below them, write the new floors. The users must live
 // on tx's shard.
@@ -178,11 +127,9 @@ func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int
 	var trimmed int64
 	for start := 0; start < len(users); start += trimChunk {
 		ids := users[start:min(start+trimChunk, len(users))]
-		args := make([]any, len(ids))
-		for i, u := range ids {
-			args[i] = u
-		}
-		if _, err := tx.ExecContext(ctx, multiRowInsert(lockStatesHead, 1, len(ids), lockStatesTail), args...); err != nil {
+		if _, err := insertChunks(ctx, tx, insertInboxHead, 5, lockHeadersTail, len(ids), func(i int) []any {
+			return headerRow(ids[i])
+		}); err != nil {
 			return trimmed, err
 		}
 		q, qargs, err := sqlx.In(floorsSQL, ids)
@@ -231,7 +178,7 @@ func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int
 			del = append(del, trimPartSQL)
 			dargs = append(dargs, f.UserID, k.PublishTime, k.PublishTime, k.ContentID)
 			if !f.Time.Valid || (feed.Key{PublishTime: f.Time.Int64, ContentID: uint64(f.ID.Int64)}).Less(k) {
-				fargs = append(fargs, f.UserID, k.PublishTime, k.ContentID)
+				fargs = append(fargs, headerRow(f.UserID, k.PublishTime, k.ContentID)...)
 			}
 		}
 		if len(del) == 0 {
@@ -247,7 +194,7 @@ func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int
 		}
 		trimmed += n
 		if len(fargs) > 0 {
-			if _, err := tx.ExecContext(ctx, multiRowInsert(setFloorsHead, 3, len(fargs)/3, setFloorsTail), fargs...); err != nil {
+			if _, err := tx.ExecContext(ctx, multiRowInsert(setFloorsHead, 7, len(fargs)/7, setFloorsTail), fargs...); err != nil {
 				return trimmed, err
 			}
 		}
@@ -341,6 +288,9 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 		if _, err := tx.ExecContext(ctx, settleFollowSQL, PullBelowActive, setBits, userID, authorID); err != nil {
 			return err
 		}
+		if _, err := tx.ExecContext(ctx, recountPullsSQL, userID, userID); err != nil {
+			return err
+		}
 		_, err = trimUsers(ctx, tx, []uint64{userID}, limit)
 		return err
 	})
@@ -381,7 +331,7 @@ var Top = feed.Key{PublishTime: maxTime, ContentID: maxID}
 func (s *Store) InboxKeys(ctx context.Context, userID uint64) ([]feed.Post, error) {
 	var out []feed.Post
 	err := sqlx.SelectContext(ctx, s.ShardOf(userID).DB, &out, `SELECT content_id, author_id, publish_time, kind FROM inbox
-WHERE user_id = ? ORDER BY publish_time DESC, content_id DESC`, userID)
+WHERE user_id = ? AND publish_time < 9223372036854775807 ORDER BY publish_time DESC, content_id DESC`, userID)
 	if err != nil {
 		return nil, fmt.Errorf("store: inbox keys: %w", err)
 	}

@@ -28,6 +28,11 @@ func (s *Store) ImportFollowers(ctx context.Context, authorID uint64, users []ui
 		pull, mode = PullBelowActive, AuthorPull
 	}
 	for sh, ids := range s.groupByShard(users) {
+		if pullMode {
+			if err := sh.markPulls(ctx, ids); err != nil {
+				return wrap("import followers", err)
+			}
+		}
 		if _, err := insertChunks(ctx, sh.DB, seedFollowingHead, 4, "", len(ids), func(i int) []any {
 			return []any{ids[i], authorID, followedAt, pull}
 		}); err != nil {
@@ -46,7 +51,7 @@ func (s *Store) ImportFollowers(ctx context.Context, authorID uint64, users []ui
 	}))
 }
 
-const seedActivityHead = `INSERT INTO user_state (user_id, last_read_at, active_since)`
+const seedActivityHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, last_read_at, active_since)`
 
 const seedActivityTail = ` ON DUPLICATE KEY UPDATE last_read_at = VALUES(last_read_at), active_since = VALUES(active_since)`
 
@@ -54,8 +59,8 @@ const seedActivityTail = ` ON DUPLICATE KEY UPDATE last_read_at = VALUES(last_re
 // an active spell that began at activeSince: for loading benchmarks and tests.
 func (s *Store) ImportActivity(ctx context.Context, users []uint64, lastReadAt, activeSince int64) error {
 	for sh, ids := range s.groupByShard(users) {
-		if _, err := insertChunks(ctx, sh.DB, seedActivityHead, 3, seedActivityTail, len(ids), func(i int) []any {
-			return []any{ids[i], lastReadAt, activeSince}
+		if _, err := insertChunks(ctx, sh.DB, seedActivityHead, 7, seedActivityTail, len(ids), func(i int) []any {
+			return headerRow(ids[i], lastReadAt, activeSince)
 		}); err != nil {
 			return wrap("import activity", err)
 		}

@@ -29,9 +29,11 @@ type Shard struct {
 	dsn  string
 
 	mu sync.Mutex // guards feedPage
-	// feedPage is the hot read, prepared once per connection: an unprepared
-	// query costs three round trips (notes/mysql-measurements.md).
-	feedPage *sqlx.Stmt
+	// feedPage holds the hot reads, feedPageSQL and feedPagePullSQL,
+	// prepared once per connection: an unprepared query costs three round
+	// trips (notes/mysql-measurements.md).
+	feedPage  [2]*sqlx.Stmt
+	pullHints pullHints
 }
 
 // Store routes ids to shards and runs the SQL.
@@ -99,8 +101,10 @@ func normalizeDSN(dsn string) (string, error) {
 func (s *Store) Close() error {
 	var errs []error
 	for _, sh := range s.shards {
-		if sh.feedPage != nil {
-			errs = append(errs, sh.feedPage.Close())
+		for _, st := range sh.feedPage {
+			if st != nil {
+				errs = append(errs, st.Close())
+			}
 		}
 		errs = append(errs, sh.DB.Close())
 	}

@@ -1,0 +1,174 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"sync/atomic"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed"
+)
+
+// Each user's range of the inbox ends in a header row at the key (maxTime,
+// maxID), above every post (publish times are bounded by now plus the clock
+// skew), holding the user's per-user state: when the user last read the
+// feed and since when the current active spell runs, the inbox floor, and
+// whether some followed author must be pulled at read time. The header
+// replaces a separate user_state table so that a feed page is one backward
+// range scan of the inbox that meets the header first: one index, one block
+// to plan (docs/DESIGN.md). Its state columns are NULL in post rows, which
+// costs a post row one null-bitmap byte.
+//
+// The header row is also the user's lock: writes that change the floor or
+// the pull bits of the user's following rows lock it first, so they queue
+// instead of deadlocking.
+
+// headerKeySQL selects a header row: maxTime and maxID as literals (a test
+// checks them).
+const headerKeySQL = `publish_time = 9223372036854775807 AND content_id = 18446744073709551615`
+
+// headerRow is the key and filler of a header row, in insertInboxHead's
+// column order plus the state columns a statement names after them.
+func headerRow(userID uint64, state ...any) []any {
+	return append([]any{userID, maxTime, maxID, 0, ""}, state...)
+}
+
+// ensureHeaderSQL creates the user's header row if missing and, either way,
+// leaves it locked exclusively. INSERT IGNORE would leave a shared lock on
+// an existing row, and two transactions upgrading theirs with the FOR UPDATE
+// that follows deadlock: concurrent follows of one user failed so.
+const ensureHeaderSQL = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind)
+VALUES (?, 9223372036854775807, 18446744073709551615, 0, '') ON DUPLICATE KEY UPDATE user_id = user_id`
+
+// lockHeaderSQL locks the user's header row, or the gap where it would go.
+const lockHeaderSQL = `SELECT user_id FROM inbox WHERE user_id = ? AND ` + headerKeySQL + ` FOR UPDATE`
+
+// setPullsSQL marks that some followed author must be pulled.
+const setPullsSQL = `UPDATE inbox SET pulls = 1 WHERE user_id = ? AND ` + headerKeySQL
+
+// recountPullsSQL recomputes the pull mark from the following rows, after
+// a change that may have cleared the last pull bit. The caller holds the
+// header row.
+const recountPullsSQL = `UPDATE inbox SET pulls = EXISTS (SELECT 1 FROM following WHERE user_id = ? AND pull > 0)
+WHERE user_id = ? AND ` + headerKeySQL
+
+// markPullsHead/Tail upsert header rows marked as pulling, for users about
+// to get a pull bit outside a header-locked transaction: the mark commits
+// first, so a crash between leaves at worst a mark with nothing to pull,
+// which costs a read one more statement and nothing else.
+const (
+	markPullsHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, pulls)`
+	markPullsTail = ` ON DUPLICATE KEY UPDATE pulls = 1`
+)
+
+// markPulls marks the headers of users of sh as pulling, and hints this
+// process's reads that they pull.
+func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
+	_, err := insertChunks(ctx, sh.DB, markPullsHead, 6, markPullsTail, len(users), func(i int) []any {
+		return headerRow(users[i], 1)
+	})
+	if err == nil {
+		for _, u := range users {
+			sh.pullHints.set(u, true)
+		}
+	}
+	return err
+}
+
+// feedPageSQL reads, in one statement and so one consistent snapshot, the
+// user's header row and the inbox page below the bound: a backward range
+// scan of the primary key that starts at the header. src is 0 for both
+// (the header is the row at the header key).
+const feedPageSQL = `SELECT 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k,
+ floor_time AS ft, floor_id AS fi, last_read_at AS lr, active_since AS act, pulls AS p
+ FROM inbox FORCE INDEX (PRIMARY)
+ WHERE user_id = ? AND (` + keysetOlder + ` OR ` + headerKeySQL + `)
+ ORDER BY publish_time DESC, content_id DESC LIMIT ?`
+
+// feedPagePullSQL is feedPageSQL plus, in the same snapshot, the followed
+// authors that reads must pull (src 1: t = pull bits, a = author): for a
+// user whose header says there are some.
+const feedPagePullSQL = `(` + feedPageSQL + `)
+UNION ALL (SELECT 1, pull, 0, author_id, '', NULL, NULL, NULL, NULL, NULL
+ FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0)`
+
+// pullHints remembers, per shard and lossily, users whose header said they
+// pull: their pages go straight to feedPagePullSQL instead of finding out
+// with feedPageSQL first. A wrong hint costs a statement, never a row.
+type pullHints [1 << 14]atomic.Uint64
+
+func (h *pullHints) slot(userID uint64) *atomic.Uint64 {
+	return &h[(userID*0x9E3779B97F4A7C15)>>(64-14)]
+}
+
+func (h *pullHints) has(userID uint64) bool { return h.slot(userID).Load() == userID }
+
+func (h *pullHints) set(userID uint64, pulls bool) {
+	s := h.slot(userID)
+	if pulls {
+		s.Store(userID)
+	} else {
+		s.CompareAndSwap(userID, 0)
+	}
+}
+
+// readFeedPage runs one of the two page statements and parses its rows;
+// pulls reports the header's mark.
+func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64, before feed.Key, limit int) (snap FeedSnapshot, pulls bool, err error) {
+	st, err := sh.feedStmt(ctx, withPull)
+	if err != nil {
+		return snap, false, err
+	}
+	args := []any{userID, before.PublishTime, before.PublishTime, before.ContentID, limit + 1}
+	if withPull {
+		args = append(args, userID)
+	}
+	rows, err := st.QueryContext(ctx, args...)
+	if err != nil {
+		return snap, false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var src int
+		var t int64
+		var id, a uint64
+		var k string
+		var ft, lr, act, p sql.NullInt64
+		var fi sql.Null[uint64]
+		if err := rows.Scan(&src, &t, &id, &a, &k, &ft, &fi, &lr, &act, &p); err != nil {
+			return snap, false, err
+		}
+		switch {
+		case src == 1:
+			snap.Pull = append(snap.Pull, PullAuthor{AuthorID: a, Pull: int(t)})
+		case t == maxTime && id == maxID:
+			if ft.Valid {
+				snap.Floor = &feed.Key{PublishTime: ft.Int64, ContentID: fi.V}
+			}
+			snap.LastReadAt, snap.ActiveSince, pulls = lr.Int64, act.Int64, p.Int64 > 0
+		case len(snap.Inbox) < limit:
+			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: id, AuthorID: a, PublishTime: t, Kind: k})
+		}
+	}
+	return snap, pulls, rows.Err()
+}
+
+// feedStmt returns the shard's prepared page statement, preparing it on
+// first use; database/sql then prepares it once per pooled connection.
+func (sh *Shard) feedStmt(ctx context.Context, withPull bool) (*sqlx.Stmt, error) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, q := 0, feedPageSQL
+	if withPull {
+		i, q = 1, feedPagePullSQL
+	}
+	if sh.feedPage[i] == nil {
+		st, err := sh.DB.PreparexContext(ctx, q)
+		if err != nil {
+			return nil, err
+		}
+		sh.feedPage[i] = st
+	}
+	return sh.feedPage[i], nil
+}
