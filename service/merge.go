@@ -1,38 +1,90 @@
 package service
 
 import (
+	"container/heap"
 	"slices"
 
 	"github.com/feedhq/feed"
 )
 
 // mergeNewest merges lists of posts into one newest-first list with each
-// content id once, dropping posts below floor (nil keeps all). A post can
-// sit in an inbox and in its author's outbox at once; both copies carry the
-// same key, so they sort next to each other.
-func mergeNewest(floor *feed.Key, lists ...[]feed.Post) []feed.Post {
-	n := 0
-	for _, l := range lists {
-		n += len(l)
+// content id once, dropping posts below floor (nil keeps all), and returns
+// its first n posts. A post can sit in an inbox and in its author's outbox
+// at once; both copies carry the same key, so they sort next to each other.
+// When the lists hold many more than n posts (a page merging dozens of
+// outboxes), a heap picks the n newest before anything is sorted.
+func mergeNewest(n int, floor *feed.Key, lists ...[]feed.Post) []feed.Post {
+	if n <= 0 {
+		return nil
 	}
-	out := make([]feed.Post, 0, n)
+	total := 0
+	for _, l := range lists {
+		total += len(l)
+	}
+	out := make([]feed.Post, 0, min(total, 2*n+1))
+	var h *oldestFirst
+	if total > 2*n {
+		h = &oldestFirst{in: map[uint64]bool{}}
+	}
 	for _, l := range lists {
 		for _, p := range l {
-			if floor == nil || !p.Key().Less(*floor) {
+			switch {
+			case floor != nil && p.Key().Less(*floor):
+			case h != nil:
+				h.offer(p, n)
+			default:
 				out = append(out, p)
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b feed.Post) int {
-		switch ka, kb := a.Key(), b.Key(); {
-		case kb.Less(ka):
-			return -1
-		case ka.Less(kb):
-			return 1
-		}
-		return 0
-	})
-	return slices.CompactFunc(out, func(a, b feed.Post) bool { return a.ContentID == b.ContentID })
+	if h != nil {
+		out = append(out, h.posts...)
+	}
+	slices.SortFunc(out, newestFirst)
+	out = slices.CompactFunc(out, func(a, b feed.Post) bool { return a.ContentID == b.ContentID })
+	return out[:min(n, len(out))]
+}
+
+func newestFirst(a, b feed.Post) int {
+	switch ka, kb := a.Key(), b.Key(); {
+	case kb.Less(ka):
+		return -1
+	case ka.Less(kb):
+		return 1
+	}
+	return 0
+}
+
+// oldestFirst is a min-heap by key (the oldest post at the root) of the
+// newest distinct posts offered so far.
+type oldestFirst struct {
+	posts []feed.Post
+	in    map[uint64]bool // content ids in posts
+}
+
+func (h *oldestFirst) Len() int           { return len(h.posts) }
+func (h *oldestFirst) Less(i, j int) bool { return h.posts[i].Key().Less(h.posts[j].Key()) }
+func (h *oldestFirst) Swap(i, j int)      { h.posts[i], h.posts[j] = h.posts[j], h.posts[i] }
+func (h *oldestFirst) Push(x any)         { h.posts = append(h.posts, x.(feed.Post)) }
+func (h *oldestFirst) Pop() any {
+	p := h.posts[len(h.posts)-1]
+	h.posts = h.posts[:len(h.posts)-1]
+	return p
+}
+
+// offer keeps p if it is among the n newest distinct posts offered.
+func (h *oldestFirst) offer(p feed.Post, n int) {
+	switch {
+	case h.in[p.ContentID]:
+		return // the other copy of a post held already
+	case len(h.posts) < n:
+	case h.posts[0].Key().Less(p.Key()):
+		delete(h.in, heap.Pop(h).(feed.Post).ContentID)
+	default:
+		return
+	}
+	heap.Push(h, p)
+	h.in[p.ContentID] = true
 }
 
 // olderOf returns the older of two keys: the tighter of two "older than" bounds.

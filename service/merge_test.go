@@ -1,6 +1,7 @@
 package service
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -97,9 +98,12 @@ func TestMergeNewest(t *testing.T) {
 			for _, l := range tt.lists {
 				in = append(in, slices.Clone(l))
 			}
-			got := mergeNewest(tt.floor, in...)
-			if !slices.Equal(got, tt.want) {
-				t.Fatalf("mergeNewest = %v, want %v", mergeKeys(got), mergeKeys(tt.want))
+			// Every n, so that small ones take the heap's path.
+			for n := range len(tt.want) + 2 {
+				got := mergeNewest(n, tt.floor, in...)
+				if want := tt.want[:min(n, len(tt.want))]; !slices.Equal(got, want) {
+					t.Fatalf("mergeNewest(%d) = %v, want %v", n, mergeKeys(got), mergeKeys(want))
+				}
 			}
 			// The inputs are not reordered or changed in place.
 			for i := range in {
@@ -108,6 +112,53 @@ func TestMergeNewest(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMergeNewestRandom compares mergeNewest with a full sort of random
+// lists that share posts (an inbox and outboxes), many equal times, and a
+// floor, for page sizes on both sides of the heap's threshold.
+func TestMergeNewestRandom(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 300 {
+		var lists [][]feed.Post
+		var all []feed.Post
+		for range rng.IntN(6) {
+			var l []feed.Post
+			for range rng.IntN(40) {
+				p := mpost(rng.Int64N(20), rng.Uint64N(60)+1)
+				p.PublishTime = int64(p.ContentID % 20) // one key per content id
+				l = append(l, p)
+			}
+			lists = append(lists, l)
+			all = append(all, l...)
+		}
+		var floor *feed.Key
+		if rng.IntN(2) == 0 {
+			floor = &feed.Key{PublishTime: rng.Int64N(20), ContentID: rng.Uint64N(60)}
+		}
+		var want []feed.Post
+		for _, p := range all {
+			if floor == nil || !p.Key().Less(*floor) {
+				want = append(want, p)
+			}
+		}
+		slices.SortFunc(want, func(a, b feed.Post) int {
+			if b.Key().Less(a.Key()) {
+				return -1
+			} else if a.Key().Less(b.Key()) {
+				return 1
+			}
+			return 0
+		})
+		want = slices.CompactFunc(want, func(a, b feed.Post) bool { return a.ContentID == b.ContentID })
+		for _, n := range []int{1, 3, 21, 1000} {
+			got := mergeNewest(n, floor, lists...)
+			if w := want[:min(n, len(want))]; !slices.Equal(mergeKeys(got), mergeKeys(w)) {
+				t.Fatalf("mergeNewest(%d) = %v, want %v", n, mergeKeys(got), mergeKeys(w))
+			}
+		}
 	}
 }
 

@@ -116,7 +116,7 @@ func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit in
 			byAuthor[p.AuthorID] = append(byAuthor[p.AuthorID], p)
 		}
 		for _, src := range stale {
-			head := mergeNewest(nil, byAuthor[src.AuthorID])
+			head := mergeNewest(outboxCacheDepth, nil, byAuthor[src.AuthorID])
 			e := outboxEntry{posts: head, complete: len(head) < outboxCacheDepth, at: now}
 			s.cache.put(src.AuthorID, e)
 			if posts, ok := e.below(src.Before, limit); ok {

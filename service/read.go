@@ -59,7 +59,7 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]fe
 		return nil, "", err
 	}
 	queries += n
-	items := mergeNewest(snap.Floor, snap.Inbox, pulled)
+	items := mergeNewest(page.Limit+1, snap.Floor, snap.Inbox, pulled)
 	if len(items) <= page.Limit && snap.Floor != nil {
 		deep, n, err := s.deepScroll(ctx, userID, olderOf(before, *snap.Floor), page.Limit+1-len(items))
 		if err != nil {
@@ -88,8 +88,7 @@ func (s *Service) deepScroll(ctx context.Context, userID uint64, before feed.Key
 	if err != nil {
 		return nil, 0, err
 	}
-	merged := mergeNewest(nil, posts)
-	return merged[:min(limit, len(merged))], n + 1, nil
+	return mergeNewest(limit, nil, posts), n + 1, nil
 }
 
 // markRead records the read (at most once per activityGranularity) and

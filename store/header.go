@@ -95,21 +95,31 @@ UNION ALL (SELECT 1, pull, 0, author_id, '', NULL, NULL, NULL, NULL, NULL
 
 // pullHints remembers, per shard and lossily, users whose header said they
 // pull: their pages go straight to feedPagePullSQL instead of finding out
-// with feedPageSQL first. A wrong hint costs a statement, never a row.
-type pullHints [1 << 14]atomic.Uint64
+// with feedPageSQL first. A wrong or lost hint costs a statement, never a
+// row. Two slots per hash (neighbours, one cache line) keep collisions rare.
+type pullHints [1 << 16]atomic.Uint64
 
-func (h *pullHints) slot(userID uint64) *atomic.Uint64 {
-	return &h[(userID*0x9E3779B97F4A7C15)>>(64-14)]
+func (h *pullHints) slots(userID uint64) (*atomic.Uint64, *atomic.Uint64) {
+	i := (userID * 0x9E3779B97F4A7C15) >> (64 - 16)
+	return &h[i], &h[i^1]
 }
 
-func (h *pullHints) has(userID uint64) bool { return h.slot(userID).Load() == userID }
+func (h *pullHints) has(userID uint64) bool {
+	a, b := h.slots(userID)
+	return a.Load() == userID || b.Load() == userID
+}
 
 func (h *pullHints) set(userID uint64, pulls bool) {
-	s := h.slot(userID)
-	if pulls {
-		s.Store(userID)
-	} else {
-		s.CompareAndSwap(userID, 0)
+	a, b := h.slots(userID)
+	switch {
+	case !pulls:
+		a.CompareAndSwap(userID, 0)
+		b.CompareAndSwap(userID, 0)
+	case a.Load() == userID || b.Load() == userID:
+	case b.Load() == 0:
+		b.Store(userID)
+	default:
+		a.Store(userID)
 	}
 }
 

@@ -189,7 +189,7 @@ func (b *bench) reads(ctx context.Context) error {
 // Readers of those classes are active, in a spell that starts after every
 // post, so each page must merge every pull author's outbox; inbox-only
 // readers are active too. Activity is recorded up front so no read of the
-// run writes user_state.
+// run writes a header row.
 func (b *bench) setupReaders(ctx context.Context, inboxOnly, fewPull, manyPull []uint64) error {
 	start := time.Now()
 	readers := slices.Sorted(slices.Values(slices.Concat(inboxOnly, fewPull, manyPull)))

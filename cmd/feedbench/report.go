@@ -327,7 +327,7 @@ func (r *report) renderReads(p func(string, ...any)) {
 	p("%d-row inboxes, and every reader follows the %d push authors its inbox rows come from. Pull", o.InboxRows, inboxAuthors)
 	p("readers also follow their pull authors (in pull mode, %d posts each over the inboxes' time span)", o.PullPosts)
 	p("and are in an active spell that began after every post, so every page merges every pull author's")
-	p("outbox. Every reader was marked active before the run, so no read writes `user_state`. Queries")
+	p("outbox. Every reader was marked active before the run, so no read writes its header row. Queries")
 	p("per page come from the service's `feed_read_queries` histogram (sum / count over the run). The")
 	p("service runs with its defaults, including its per-process cache of pull authors' newest posts")
 	p("(TTL %s), as a production process would.", r.PullCacheTTL)
