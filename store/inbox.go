@@ -97,7 +97,12 @@ func raiseFloor(ctx context.Context, tx *sqlx.Tx, userID uint64, key *feed.Key) 
 // trimChunk bounds the users one trim statement covers.
 const trimChunk = 64
 
-const lockHeadersTail = ` ON DUPLICATE KEY UPDATE user_id = user_id`
+// lockHeadersHead/Tail create missing header rows and lock them all
+// exclusively, as ensureHeaderSQL does for one.
+const (
+	lockHeadersHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind)`
+	lockHeadersTail = ` ON DUPLICATE KEY UPDATE user_id = user_id`
+)
 
 const floorsSQL = `SELECT user_id, floor_time, floor_id FROM inbox WHERE user_id IN (?) AND ` + headerKeySQL + ` FOR UPDATE`
 
@@ -127,7 +132,7 @@ func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int
 	var trimmed int64
 	for start := 0; start < len(users); start += trimChunk {
 		ids := users[start:min(start+trimChunk, len(users))]
-		if _, err := insertChunks(ctx, tx, insertInboxHead, 5, lockHeadersTail, len(ids), func(i int) []any {
+		if _, err := insertChunks(ctx, tx, lockHeadersHead, 5, lockHeadersTail, len(ids), func(i int) []any {
 			return headerRow(ids[i])
 		}); err != nil {
 			return trimmed, err
