@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed"
 )
 
 // seedChunk bounds the rows of one bulk statement.
@@ -51,16 +53,23 @@ func (s *Store) ImportFollowers(ctx context.Context, authorID uint64, users []ui
 	}))
 }
 
-const seedActivityHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, last_read_at, active_since)`
+const seedActivityHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, last_read_at, active_since, floor_time, floor_id)`
 
-const seedActivityTail = ` ON DUPLICATE KEY UPDATE last_read_at = VALUES(last_read_at), active_since = VALUES(active_since)`
+const seedActivityTail = ` ON DUPLICATE KEY UPDATE last_read_at = VALUES(last_read_at), active_since = VALUES(active_since),
+ floor_time = COALESCE(VALUES(floor_time), floor_time), floor_id = COALESCE(VALUES(floor_id), floor_id)`
 
 // ImportActivity records that users last read their feed at lastReadAt, in
-// an active spell that began at activeSince: for loading benchmarks and tests.
-func (s *Store) ImportActivity(ctx context.Context, users []uint64, lastReadAt, activeSince int64) error {
+// an active spell that began at activeSince, and, unless floor is nil, that
+// their inboxes are complete only at and above floor (as after a trim): for
+// loading benchmarks and tests.
+func (s *Store) ImportActivity(ctx context.Context, users []uint64, lastReadAt, activeSince int64, floor *feed.Key) error {
+	var ft, fi any
+	if floor != nil {
+		ft, fi = floor.PublishTime, floor.ContentID
+	}
 	for sh, ids := range s.groupByShard(users) {
-		if _, err := insertChunks(ctx, sh.DB, seedActivityHead, 7, seedActivityTail, len(ids), func(i int) []any {
-			return headerRow(ids[i], lastReadAt, activeSince)
+		if _, err := insertChunks(ctx, sh.DB, seedActivityHead, 9, seedActivityTail, len(ids), func(i int) []any {
+			return headerRow(ids[i], lastReadAt, activeSince, ft, fi)
 		}); err != nil {
 			return wrap("import activity", err)
 		}

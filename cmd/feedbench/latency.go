@@ -54,7 +54,7 @@ func (b *bench) latencyScenario(ctx context.Context, sc latencyScenario) (res la
 	if sc.pull {
 		// Active readers in a spell that began before the post: it reaches
 		// them only by push.
-		if err := b.st.ImportActivity(ctx, sc.followers, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli()); err != nil {
+		if err := b.st.ImportActivity(ctx, sc.followers, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli(), nil); err != nil {
 			return latencyResult{}, err
 		}
 	}

@@ -241,10 +241,10 @@ func (b *bench) setupReaders(ctx context.Context, inboxOnly, fewPull, manyPull [
 			return err
 		}
 	}
-	if err := b.st.ImportActivity(ctx, inboxOnly, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli()); err != nil {
+	if err := b.st.ImportActivity(ctx, inboxOnly, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli(), nil); err != nil {
 		return err
 	}
-	if err := b.st.ImportActivity(ctx, slices.Concat(fewPull, manyPull), now.UnixMilli(), now.Add(24*time.Hour).UnixMilli()); err != nil {
+	if err := b.st.ImportActivity(ctx, slices.Concat(fewPull, manyPull), now.UnixMilli(), now.Add(24*time.Hour).UnixMilli(), nil); err != nil {
 		return err
 	}
 	b.log.Info("feedbench: C pull authors ready", "seconds", time.Since(start).Seconds())
