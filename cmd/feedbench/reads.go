@@ -117,7 +117,7 @@ func (b *bench) reads(ctx context.Context) error {
 	runs := []runSpec{
 		{key: readRaw, name: "ceiling: raw keyset SELECT on inbox, prepared once per connection (database/sql Stmt)", users: inboxOnly, read: rawPagers[0], fixedQ: 1},
 		{key: readProbe, name: "diagnostic: the raw SELECT widened to one header key above every post (`… OR (publish_time, content_id) = (max, max)`): the shape of a one-block page, not the service's", users: inboxOnly, read: rawPagers[1], fixedQ: 1, diagnostic: true},
-		{key: readStore, name: "diagnostic: store.ReadFeed, the page's one statement (a UNION ALL of index lookups), no HTTP", users: inboxOnly, read: storePager, fixedQ: 1, diagnostic: true},
+		{key: readStore, name: "diagnostic: store.ReadFeed, the page's one statement (for these readers a range scan of the inbox from the user's header row), no HTTP", users: inboxOnly, read: storePager, fixedQ: 1, diagnostic: true},
 		{key: readService, name: "diagnostic: service.Feed in-process, no HTTP", users: inboxOnly, read: servicePager, diagnostic: true},
 		{key: readInbox, name: "inbox-only readers, HTTP", users: inboxOnly, read: httpPager},
 		{key: readFew, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullFew), users: fewPull, read: httpPager},
