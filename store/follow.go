@@ -53,7 +53,7 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 		created = false
 		// Lock the user's header row: concurrent follows of one user queue
 		// here, so the cap holds.
-		if _, err := tx.ExecContext(ctx, ensureHeaderSQL, userID); err != nil {
+		if err := ensureHeaders(ctx, tx, userID); err != nil {
 			return err
 		}
 		var n int

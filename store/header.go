@@ -34,12 +34,24 @@ func headerRow(userID uint64, state ...any) []any {
 	return append([]any{userID, maxTime, maxID, 0, ""}, state...)
 }
 
-// ensureHeaderSQL creates the user's header row if missing and, either way,
-// leaves it locked exclusively. INSERT IGNORE would leave a shared lock on
-// an existing row, and two transactions upgrading theirs with the FOR UPDATE
-// that follows deadlock: concurrent follows of one user failed so.
-const ensureHeaderSQL = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind)
-VALUES (?, 9223372036854775807, 18446744073709551615, 0, '') ON DUPLICATE KEY UPDATE user_id = user_id`
+// ensureHeadersHead/Tail create the users' missing header rows and, either
+// way, leave them all locked exclusively. INSERT IGNORE would leave a shared
+// lock on an existing row, and two transactions upgrading theirs with a
+// FOR UPDATE deadlock: concurrent follows of one user failed so.
+const (
+	ensureHeadersHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind)`
+	ensureHeadersTail = ` ON DUPLICATE KEY UPDATE user_id = user_id`
+)
+
+// ensureHeaders locks the header rows of users of tx's shard, creating the
+// missing ones, in the order given (callers that lock several sort them, so
+// that concurrent lockers queue instead of deadlocking).
+func ensureHeaders(ctx context.Context, tx sqlx.ExecerContext, users ...uint64) error {
+	_, err := insertChunks(ctx, tx, ensureHeadersHead, 5, ensureHeadersTail, len(users), func(i int) []any {
+		return headerRow(users[i])
+	})
+	return err
+}
 
 // lockHeaderSQL locks the user's header row, or the gap where it would go.
 const lockHeaderSQL = `SELECT user_id FROM inbox WHERE user_id = ? AND ` + headerKeySQL + ` FOR UPDATE`

@@ -55,7 +55,7 @@ func (s *Store) ReadFeed(ctx context.Context, userID uint64, before feed.Key, li
 // right), so the test on the old last_read_at sees the value from before
 // this read: a user inactive until now starts a new active spell.
 const markReadSQL = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, last_read_at, active_since)
-VALUES (?, 9223372036854775807, 18446744073709551615, 0, '', ?, ?)
+VALUES (?, ?, ?, ?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE
   active_since = IF(COALESCE(last_read_at, 0) < ?, VALUES(active_since), active_since),
   last_read_at = GREATEST(COALESCE(last_read_at, 0), VALUES(last_read_at))`
@@ -64,7 +64,7 @@ ON DUPLICATE KEY UPDATE
 // read was before inactiveBefore, the user's active spell restarts at
 // activeSince.
 func (s *Store) MarkRead(ctx context.Context, userID uint64, now, activeSince, inactiveBefore int64) error {
-	_, err := s.ShardOf(userID).DB.ExecContext(ctx, markReadSQL, userID, now, activeSince, inactiveBefore)
+	_, err := s.ShardOf(userID).DB.ExecContext(ctx, markReadSQL, append(headerRow(userID, now, activeSince), inactiveBefore)...)
 	return wrap("mark read", err)
 }
 
@@ -76,7 +76,7 @@ const setFloorSQL = `UPDATE inbox SET floor_time = ?, floor_id = ? WHERE user_id
 // is below it. Callers take this lock before touching the inbox, so trims
 // and backfills of one user queue on it.
 func raiseFloor(ctx context.Context, tx *sqlx.Tx, userID uint64, key *feed.Key) error {
-	if _, err := tx.ExecContext(ctx, ensureHeaderSQL, userID); err != nil {
+	if err := ensureHeaders(ctx, tx, userID); err != nil {
 		return err
 	}
 	var t sql.NullInt64
@@ -96,13 +96,6 @@ func raiseFloor(ctx context.Context, tx *sqlx.Tx, userID uint64, key *feed.Key) 
 
 // trimChunk bounds the users one trim statement covers.
 const trimChunk = 64
-
-// lockHeadersHead/Tail create missing header rows and lock them all
-// exclusively, as ensureHeaderSQL does for one.
-const (
-	lockHeadersHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind)`
-	lockHeadersTail = ` ON DUPLICATE KEY UPDATE user_id = user_id`
-)
 
 const floorsSQL = `SELECT user_id, floor_time, floor_id FROM inbox WHERE user_id IN (?) AND ` + headerKeySQL + ` FOR UPDATE`
 
@@ -132,9 +125,7 @@ func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int
 	var trimmed int64
 	for start := 0; start < len(users); start += trimChunk {
 		ids := users[start:min(start+trimChunk, len(users))]
-		if _, err := insertChunks(ctx, tx, lockHeadersHead, 5, lockHeadersTail, len(ids), func(i int) []any {
-			return headerRow(ids[i])
-		}); err != nil {
+		if err := ensureHeaders(ctx, tx, ids...); err != nil {
 			return trimmed, err
 		}
 		q, qargs, err := sqlx.In(floorsSQL, ids)
