@@ -26,8 +26,9 @@ const (
 type session struct {
 	user   uint64
 	page   int
-	cursor string   // service and HTTP readers
-	key    feed.Key // raw readers
+	cursor string    // service and HTTP readers
+	key    feed.Key  // raw readers
+	conn   *httpConn // the client's own connection (HTTP load generator)
 }
 
 // pager reads the page the session is at and moves it to the next one;
@@ -41,7 +42,7 @@ func (b *bench) sessions(users []uint64, read pager) func(client int) func(conte
 		s := &session{}
 		return func(ctx context.Context) error {
 			if s.page == 0 {
-				*s = session{user: users[rng.IntN(len(users))], key: store.Top}
+				*s = session{user: users[rng.IntN(len(users))], key: store.Top, conn: s.conn}
 			}
 			more, err := read(ctx, s)
 			if err != nil {
@@ -96,8 +97,11 @@ func (b *bench) reads(ctx context.Context) error {
 		s.cursor = next
 		return next != "", err
 	}
+	load := &httpLoad{addr: b.stack.addr}
+	defer load.close()
+	httpPager := load.pager()
 	api := b.stack.api
-	httpPager := func(ctx context.Context, s *session) (bool, error) {
+	clientPager := func(ctx context.Context, s *session) (bool, error) {
 		page, err := api.Feed(ctx, s.user, pageLimit, s.cursor)
 		if err != nil || page.NextCursor == nil {
 			return false, err
@@ -120,6 +124,7 @@ func (b *bench) reads(ctx context.Context) error {
 		{key: readStore, name: "diagnostic: store.ReadFeed, the page's one statement (for these readers a range scan of the inbox from the user's header row), no HTTP", users: inboxOnly, read: storePager, fixedQ: 1, diagnostic: true},
 		{key: readService, name: "diagnostic: service.Feed in-process, no HTTP", users: inboxOnly, read: servicePager, diagnostic: true},
 		{key: readInbox, name: "inbox-only readers, HTTP", users: inboxOnly, read: httpPager},
+		{key: readClient, name: "diagnostic: inbox-only readers, HTTP through the typed Go client (httpapi/client: net/http transport, every item decoded by encoding/json)", users: inboxOnly, read: clientPager, diagnostic: true},
 		{key: readFew, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullFew), users: fewPull, read: httpPager},
 		{key: readMany, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullMany), users: manyPull, read: httpPager},
 	}

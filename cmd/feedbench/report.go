@@ -29,6 +29,7 @@ const (
 	readStore   = "store"
 	readService = "service"
 	readInbox   = "inbox"
+	readClient  = "client"
 	readFew     = "pull10"
 	readMany    = "pull50"
 )
@@ -330,7 +331,12 @@ func (r *report) renderReads(p func(string, ...any)) {
 	p("outbox. Every reader was marked active before the run, so no read writes its header row. Queries")
 	p("per page come from the service's `feed_read_queries` histogram (sum / count over the run). The")
 	p("service runs with its defaults, including its per-process cache of pull authors' newest posts")
-	p("(TTL %s), as a production process would.", r.PullCacheTTL)
+	p("(TTL %s), as a production process would. HTTP rows are driven the way wrk drives a server: each", r.PullCacheTTL)
+	p("client owns a keep-alive connection, writes a request in one call and reads the response on the")
+	p("same goroutine, checking the status, the framing, the item count and next_cursor without decoding")
+	p("the items (`cmd/feedbench/httpload.go`). The load generator shares the server's CPUs here, so a")
+	p("heavier client is charged to the server: the diagnostic row read through the typed Go client")
+	p("(`httpapi/client`, which decodes every item) shows by how much.")
 	p("")
 	p("| reader | pages/s | p50 | p99 | queries/page | pull authors/page |")
 	p("|---|---:|---:|---:|---:|---:|")
@@ -371,6 +377,7 @@ func (r *report) renderReads(p func(string, ...any)) {
 	ratio("diagnostic: one-block page shape / raw SELECT", readProbe, readRaw, 0)
 	ratio("diagnostic: service.Feed / raw SELECT", readService, readRaw, 0)
 	ratio("diagnostic: inbox-only HTTP / service.Feed", readInbox, readService, 0)
+	ratio("diagnostic: inbox-only HTTP, typed Go client / raw SELECT", readClient, readRaw, 0)
 	p("")
 }
 

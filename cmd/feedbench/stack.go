@@ -22,10 +22,11 @@ import (
 // store, the service with its workers running, and the HTTP API on a
 // loopback port, driven through the Go client.
 type stack struct {
-	st  *store.Store
-	svc *service.Service
-	reg *prometheus.Registry
-	api *client.Client
+	st   *store.Store
+	svc  *service.Service
+	reg  *prometheus.Registry
+	api  *client.Client
+	addr string // the HTTP API's host:port
 
 	echo        *echo.Echo
 	serveDone   chan error
@@ -57,7 +58,8 @@ func startStack(st *store.Store, cfg service.Config, log *slog.Logger) (*stack, 
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     time.Minute,
 	}}
-	s.api = client.New("http://"+ln.Addr().String(), "", hc)
+	s.addr = ln.Addr().String()
+	s.api = client.New("http://"+s.addr, "", hc)
 	log.Info("feedbench: service listening", "addr", ln.Addr().String(), "workers", cfg.Workers,
 		"task_size", cfg.TaskSize, "batch_size", cfg.BatchSize, "inbox_limit", cfg.InboxLimit)
 	return s, nil

@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+)
+
+// httpLoad is phase C's HTTP load generator, built the way wrk-style
+// generators are: each closed-loop client owns one keep-alive HTTP/1.1
+// connection, writes a GET in one call and reads the response on the same
+// goroutine, parsing the status line, the framing headers and, in the body,
+// only next_cursor and the number of items. The typed client
+// (httpapi/client) also decodes every item with encoding/json and runs
+// net/http's transport goroutines; the benchmark shares the server's two
+// CPUs, so that client work would be charged to the server. Phase C keeps a
+// row read through the typed client as a diagnostic.
+type httpLoad struct {
+	addr string
+
+	mu    sync.Mutex
+	conns []*httpConn
+}
+
+// httpConn is one client's connection.
+type httpConn struct {
+	c   net.Conn
+	r   *bufio.Reader
+	req []byte
+	buf []byte
+}
+
+// pager returns a pager that reads feed pages of pageLimit items over the
+// session's connection, dialing it on first use.
+func (h *httpLoad) pager() pager {
+	return func(ctx context.Context, s *session) (bool, error) {
+		if s.conn == nil {
+			c, err := h.dial(ctx)
+			if err != nil {
+				return false, err
+			}
+			s.conn = c
+		}
+		body, err := s.conn.getFeed(s.user, s.cursor)
+		if err != nil {
+			return false, err
+		}
+		next, items, err := scanPage(body)
+		if err != nil {
+			return false, err
+		}
+		if next == "" {
+			s.cursor = ""
+			return false, nil
+		}
+		if items != pageLimit {
+			return false, fmt.Errorf("page with a next cursor has %d items, want %d", items, pageLimit)
+		}
+		s.cursor = next
+		return true, nil
+	}
+}
+
+func (h *httpLoad) dial(ctx context.Context) (*httpConn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", h.addr)
+	if err != nil {
+		return nil, err
+	}
+	hc := &httpConn{c: c, r: bufio.NewReaderSize(c, 16<<10)}
+	h.mu.Lock()
+	h.conns = append(h.conns, hc)
+	h.mu.Unlock()
+	return hc, nil
+}
+
+// close closes every connection the generator dialed.
+func (h *httpLoad) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		c.c.Close()
+	}
+	h.conns = nil
+}
+
+// getFeed requests one page and returns its body, valid until the next call.
+func (c *httpConn) getFeed(user uint64, cursor string) ([]byte, error) {
+	c.req = append(c.req[:0], "GET /v1/users/"...)
+	c.req = strconv.AppendUint(c.req, user, 10)
+	c.req = append(c.req, "/feed?limit="...)
+	c.req = strconv.AppendInt(c.req, pageLimit, 10)
+	if cursor != "" {
+		c.req = append(c.req, "&cursor="...)
+		c.req = append(c.req, url.QueryEscape(cursor)...)
+	}
+	c.req = append(c.req, " HTTP/1.1\r\nHost: feed\r\n\r\n"...)
+	if _, err := c.c.Write(c.req); err != nil {
+		return nil, err
+	}
+	return c.readResponse()
+}
+
+// readResponse reads one response, framed by Content-Length or chunked, and
+// fails unless its status is 200.
+func (c *httpConn) readResponse() ([]byte, error) {
+	status, err := c.line()
+	if err != nil {
+		return nil, err
+	}
+	if len(status) < 12 || !bytes.HasPrefix(status, []byte("HTTP/1.1 ")) {
+		return nil, fmt.Errorf("bad status line %q", status)
+	}
+	code := string(status[9:12])
+	length, chunked := -1, false
+	for {
+		line, err := c.line()
+		if err != nil {
+			return nil, err
+		}
+		if len(line) == 0 {
+			break
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			return nil, fmt.Errorf("bad header line %q", line)
+		}
+		value = bytes.TrimSpace(value)
+		switch {
+		case bytes.EqualFold(name, []byte("Content-Length")):
+			if length, err = strconv.Atoi(string(value)); err != nil {
+				return nil, fmt.Errorf("bad Content-Length %q", value)
+			}
+		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
+			chunked = bytes.EqualFold(value, []byte("chunked"))
+		}
+	}
+	c.buf = c.buf[:0]
+	switch {
+	case chunked:
+		err = c.readChunks()
+	case length >= 0:
+		err = c.readN(length)
+	default:
+		err = errors.New("response without Content-Length or chunked encoding")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if code != "200" {
+		return nil, fmt.Errorf("status %s: %s", code, c.buf)
+	}
+	return c.buf, nil
+}
+
+// line returns the next CRLF-terminated line without its terminator.
+func (c *httpConn) line() ([]byte, error) {
+	line, err := c.r.ReadSlice('\n')
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r")), nil
+}
+
+func (c *httpConn) readN(n int) error {
+	start := len(c.buf)
+	c.buf = append(c.buf, make([]byte, n)...)
+	_, err := io.ReadFull(c.r, c.buf[start:])
+	return err
+}
+
+func (c *httpConn) readChunks() error {
+	for {
+		line, err := c.line()
+		if err != nil {
+			return err
+		}
+		size, _, _ := bytes.Cut(line, []byte(";"))
+		n, err := strconv.ParseUint(string(size), 16, 32)
+		if err != nil {
+			return fmt.Errorf("bad chunk size %q", line)
+		}
+		if n == 0 {
+			// Trailers (none expected) end with an empty line.
+			for {
+				if line, err = c.line(); err != nil || len(line) == 0 {
+					return err
+				}
+			}
+		}
+		if err := c.readN(int(n)); err != nil {
+			return err
+		}
+		if line, err = c.line(); err != nil {
+			return err
+		} else if len(line) != 0 {
+			return fmt.Errorf("chunk not followed by CRLF")
+		}
+	}
+}
+
+// scanPage finds a feed page's next_cursor ("" for null) and counts its
+// items by their content_id keys, without decoding the items.
+func scanPage(body []byte) (next string, items int, err error) {
+	const key = `"next_cursor":`
+	i := bytes.LastIndex(body, []byte(key))
+	if i < 0 || !bytes.HasPrefix(body, []byte(`{"items":[`)) {
+		return "", 0, fmt.Errorf("not a feed page: %.200q", body)
+	}
+	items = bytes.Count(body[:i], []byte(`"content_id":`))
+	rest := body[i+len(key):]
+	switch {
+	case bytes.HasPrefix(rest, []byte("null")):
+		return "", items, nil
+	case bytes.HasPrefix(rest, []byte(`"`)):
+		end := bytes.IndexByte(rest[1:], '"')
+		if end <= 0 {
+			return "", 0, fmt.Errorf("bad next_cursor in %.200q", body)
+		}
+		return string(rest[1 : 1+end]), items, nil
+	}
+	return "", 0, fmt.Errorf("bad next_cursor in %.200q", body)
+}
