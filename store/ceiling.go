@@ -34,6 +34,41 @@ func (sh *Shard) InsertInboxRows(ctx context.Context, rows []InboxRow) (int64, e
 	return n, wrap("insert inbox rows", err)
 }
 
+// oldestInboxSQL lists a user's oldest inbox entries, the header row aside.
+const oldestInboxSQL = `SELECT content_id, publish_time FROM inbox WHERE user_id = ? AND publish_time < 9223372036854775807
+ORDER BY publish_time, content_id LIMIT ?`
+
+// OldestInboxEntries returns up to n of the user's oldest inbox entries,
+// oldest first: where a retention ceiling cuts.
+func (sh *Shard) OldestInboxEntries(ctx context.Context, userID uint64, n int) ([]InboxRow, error) {
+	var out []InboxRow
+	rows, err := sh.DB.QueryContext(ctx, oldestInboxSQL, userID, n)
+	if err != nil {
+		return nil, wrap("oldest inbox entries", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		r := InboxRow{UserID: userID}
+		if err := rows.Scan(&r.ContentID, &r.PublishTime); err != nil {
+			return nil, wrap("oldest inbox entries", err)
+		}
+		out = append(out, r)
+	}
+	return out, wrap("oldest inbox entries", rows.Err())
+}
+
+// DeleteInboxBelow deletes, for each bound, the entries of its user older
+// than it, with the one statement trims use, on sh. After InsertInboxRows
+// of as many rows it is the retention ceiling: the least a writer that
+// keeps inboxes at their size must also do.
+func (sh *Shard) DeleteInboxBelow(ctx context.Context, bounds []InboxRow) (int64, error) {
+	if len(bounds) == 0 {
+		return 0, nil
+	}
+	n, err := deleteBelow(ctx, sh.DB, bounds)
+	return n, wrap("delete inbox rows", err)
+}
+
 // LoadInbox bulk-loads inbox rows, routed to their users' shards: for
 // building benchmark data. Returns the rows inserted.
 func (s *Store) LoadInbox(ctx context.Context, rows []InboxRow) (int64, error) {

@@ -164,27 +164,22 @@ func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int
 				keep[r.UserID] = k
 			}
 		}
-		var del []string
-		var dargs, fargs []any
+		var below []InboxRow
+		var fargs []any
 		for _, f := range floors {
 			k, over := keep[f.UserID]
 			if !over || count[f.UserID] < 2 {
 				continue
 			}
-			del = append(del, trimPartSQL)
-			dargs = append(dargs, f.UserID, k.PublishTime, k.PublishTime, k.ContentID)
+			below = append(below, InboxRow{UserID: f.UserID, Post: feed.Post{PublishTime: k.PublishTime, ContentID: k.ContentID}})
 			if !f.Time.Valid || (feed.Key{PublishTime: f.Time.Int64, ContentID: uint64(f.ID.Int64)}).Less(k) {
 				fargs = append(fargs, headerRow(f.UserID, k.PublishTime, k.ContentID)...)
 			}
 		}
-		if len(del) == 0 {
+		if len(below) == 0 {
 			continue
 		}
-		r, err := tx.ExecContext(ctx, "DELETE FROM inbox WHERE "+strings.Join(del, " OR "), dargs...)
-		if err != nil {
-			return trimmed, err
-		}
-		n, err := r.RowsAffected()
+		n, err := deleteBelow(ctx, tx, below)
 		if err != nil {
 			return trimmed, err
 		}
@@ -196,6 +191,22 @@ func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int
 		}
 	}
 	return trimmed, nil
+}
+
+// deleteBelow deletes, for each bound, the entries of its user older than
+// it, in one statement.
+func deleteBelow(ctx context.Context, ex sqlx.ExecerContext, bounds []InboxRow) (int64, error) {
+	parts := make([]string, len(bounds))
+	args := make([]any, 0, 4*len(bounds))
+	for i, b := range bounds {
+		parts[i] = trimPartSQL
+		args = append(args, b.UserID, b.PublishTime, b.PublishTime, b.ContentID)
+	}
+	r, err := ex.ExecContext(ctx, "DELETE FROM inbox WHERE "+strings.Join(parts, " OR "), args...)
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
 }
 
 // TrimInboxes keeps the newest limit entries of each user's inbox, in one

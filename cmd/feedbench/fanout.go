@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -41,7 +42,7 @@ func (b *bench) fanout(ctx context.Context) error {
 	}
 	steps := []step{
 		{"fan-out", func() error { return b.fanoutRound(ctx, b.stack.svc, b.stack.reg, &res.Fanout) }},
-		{"ceiling", func() error { return b.ceilingRound(ctx, &res.Ceiling, followers, cfg.BatchSize) }},
+		{"ceiling", func() error { return b.ceilingRound(ctx, &res.Ceiling, followers, cfg.BatchSize, false) }},
 	}
 	if o.Diagnostics {
 		noTrim := cfg
@@ -52,6 +53,9 @@ func (b *bench) fanout(ctx context.Context) error {
 			return err
 		}
 		res.NoTrimRun = true
+		steps = append(steps, step{"ceiling with retention", func() error {
+			return b.ceilingRound(ctx, &res.CeilingRetain, followers, cfg.BatchSize, true)
+		}})
 		steps = slices.Insert(steps, 1, step{"fan-out without trims", func() error {
 			b.stack.haltWorkers()
 			b.stack.startWorkers(svc)
@@ -123,10 +127,14 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 }
 
 // ceilingRound writes one synthetic post per author into the same
-// followers' inboxes with raw multi-row INSERT IGNORE statements.
-func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, batch int) error {
+// followers' inboxes with raw multi-row INSERT IGNORE statements. With
+// retain, range DELETEs of the statement trims use are spread among the
+// INSERTs, each cutting 64 users' inboxes by as many of their oldest
+// entries as the round writes to them (the cuts are looked up before the
+// clock starts), so the inboxes keep their size as retention keeps them.
+func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, batch int, retain bool) error {
 	now := time.Now().UnixMilli()
-	var stmts [][]store.InboxRow
+	var inserts [][]store.InboxRow
 	for a, users := range followers {
 		b.ceilingPosts++
 		p := feed.Post{ContentID: ceilingContentBase + b.ceilingPosts, AuthorID: fanoutAuthorBase + uint64(a), PublishTime: now, Kind: feed.KindPost}
@@ -135,10 +143,33 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 			for _, u := range users[lo:min(lo+batch, len(users))] {
 				rows = append(rows, store.InboxRow{UserID: u, Post: p})
 			}
-			stmts = append(stmts, rows)
+			inserts = append(inserts, rows)
 		}
 	}
-	var next, written atomic.Int64
+	type job struct {
+		rows   []store.InboxRow
+		delete bool
+	}
+	jobs := make([]job, 0, len(inserts))
+	for _, rows := range inserts {
+		jobs = append(jobs, job{rows: rows})
+	}
+	if retain {
+		cuts, err := b.retentionCuts(ctx, inserts)
+		if err != nil {
+			return err
+		}
+		// Spread the deletes evenly among the inserts.
+		all := make([]job, 0, len(jobs)+len(cuts))
+		for i, j := range jobs {
+			all = append(all, j)
+			for _, c := range cuts[i*len(cuts)/len(jobs) : (i+1)*len(cuts)/len(jobs)] {
+				all = append(all, job{rows: c, delete: true})
+			}
+		}
+		jobs = all
+	}
+	var next, written, deleted atomic.Int64
 	var g group
 	cpu0 := readCPUTimes()
 	start := time.Now()
@@ -146,10 +177,18 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 		g.Go(func() error {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(stmts) {
+				if i >= len(jobs) {
 					return nil
 				}
-				n, err := b.sh.InsertInboxRows(ctx, stmts[i])
+				if jobs[i].delete {
+					n, err := b.sh.DeleteInboxBelow(ctx, jobs[i].rows)
+					if err != nil {
+						return err
+					}
+					deleted.Add(n)
+					continue
+				}
+				n, err := b.sh.InsertInboxRows(ctx, jobs[i].rows)
 				if err != nil {
 					return err
 				}
@@ -163,5 +202,36 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 	w.Time += time.Since(start)
 	w.addCPU(cpu0)
 	w.Rows += written.Load()
+	w.Trimmed += deleted.Load()
 	return nil
+}
+
+// retentionCuts returns, in statements of 64 users, where to cut each
+// user's inbox so that it loses as many entries as the inserts add to it:
+// the user's entry that many places from the oldest (the entries below it
+// go).
+func (b *bench) retentionCuts(ctx context.Context, inserts [][]store.InboxRow) ([][]store.InboxRow, error) {
+	need := map[uint64]int{}
+	for _, rows := range inserts {
+		for _, r := range rows {
+			need[r.UserID]++
+		}
+	}
+	users := slices.Sorted(maps.Keys(need))
+	var cuts [][]store.InboxRow
+	for lo := 0; lo < len(users); lo += 64 {
+		var stmt []store.InboxRow
+		for _, u := range users[lo:min(lo+64, len(users))] {
+			rows, err := b.sh.OldestInboxEntries(ctx, u, need[u]+1)
+			if err != nil {
+				return nil, err
+			}
+			if len(rows) <= need[u] {
+				return nil, fmt.Errorf("user %d has %d inbox entries, the retention ceiling cuts %d", u, len(rows), need[u])
+			}
+			stmt = append(stmt, rows[need[u]])
+		}
+		cuts = append(cuts, stmt)
+	}
+	return cuts, nil
 }
