@@ -207,7 +207,7 @@ func (r *report) render(w *bytes.Buffer) {
 	p("| machine | %s |", machine())
 	p("| server | %s at %s: innodb_buffer_pool_size %s, innodb_flush_log_at_trx_commit %d |",
 		r.Server.Version, r.Addr, bytesIEC(r.Server.BufferPoolBytes), r.Server.FlushLogAtTrxCommit)
-	p("| client | %s, service and HTTP server in the benchmark process (in-process stack, loopback TCP, Go client) |", runtime.Version())
+	p("| client | %s, service and HTTP server in the benchmark process (in-process stack, loopback TCP; phase C's HTTP readers use a wrk-style load generator, phase B the typed Go client) |", runtime.Version())
 	p("| shared machine | %s |", r.Shared.describe())
 	p("| data | %s users × %d inbox rows loaded in publish-time order (%s rows in %.0f s, %s rows/s); one shard |",
 		count(o.Users), o.InboxRows, count(int(r.Load.Rows)), r.Load.Elapsed.Seconds(), count(int(rate(r.Load.Rows, r.Load.Elapsed))))
@@ -286,7 +286,9 @@ func (r *report) renderFanout(p func(string, ...any)) {
 	p("")
 	p("Batches and trimmed rows come from `feed_fanout_batch_seconds` and `feed_inbox_trimmed_rows_total`;")
 	p("worker errors from `feed_worker_errors_total` (steps that failed after the store's own retries).")
-	p("The ceiling neither checks the follow edge, nor keeps task progress, nor trims.")
+	p("The ceiling neither checks the follow edge, nor keeps task progress, nor trims. The ceiling with")
+	p("retention does the least any writer keeping inboxes at their limit must add: its cuts are known")
+	p("before the clock starts, where trims must find them.")
 	p("")
 }
 
