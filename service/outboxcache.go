@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 
@@ -39,17 +40,15 @@ func newOutboxCache(ttl time.Duration) *outboxCache {
 
 // below returns up to limit cached posts older than before, or false when
 // the cache does not reach deep enough to know them all.
+// The result shares the entry's array (capped, so appending to it copies).
 func (e outboxEntry) below(before feed.Key, limit int) ([]feed.Post, bool) {
-	var out []feed.Post
-	for _, p := range e.posts {
-		if p.Key().Less(before) {
-			out = append(out, p)
-			if len(out) == limit {
-				return out, true
-			}
-		}
+	// Newest first: the posts older than before are a suffix.
+	i := sort.Search(len(e.posts), func(i int) bool { return e.posts[i].Key().Less(before) })
+	out := e.posts[i:]
+	if len(out) >= limit {
+		return out[:limit:limit], true
 	}
-	return out, e.complete
+	return out[:len(out):len(out)], e.complete
 }
 
 func (c *outboxCache) get(author uint64, now time.Time) (outboxEntry, bool) {

@@ -151,14 +151,20 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 		return snap, false, err
 	}
 	defer rows.Close()
+	// One set of scan targets for every row: they escape to the heap
+	// through Scan, and a set per row cost a page hundreds of allocations.
+	var (
+		src            int
+		t              int64
+		id, a          uint64
+		k              sql.RawBytes
+		ft, lr, act, p sql.NullInt64
+		fi             sql.Null[uint64]
+	)
+	dest := []any{&src, &t, &id, &a, &k, &ft, &fi, &lr, &act, &p}
+	snap.Inbox = make([]feed.Post, 0, limit)
 	for rows.Next() {
-		var src int
-		var t int64
-		var id, a uint64
-		var k string
-		var ft, lr, act, p sql.NullInt64
-		var fi sql.Null[uint64]
-		if err := rows.Scan(&src, &t, &id, &a, &k, &ft, &fi, &lr, &act, &p); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return snap, false, err
 		}
 		switch {
@@ -170,10 +176,19 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 			}
 			snap.LastReadAt, snap.ActiveSince, pulls = lr.Int64, act.Int64, p.Int64 > 0
 		case len(snap.Inbox) < limit:
-			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: id, AuthorID: a, PublishTime: t, Kind: k})
+			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: id, AuthorID: a, PublishTime: t, Kind: kindOf(k)})
 		}
 	}
 	return snap, pulls, rows.Err()
+}
+
+// kindOf returns a scanned kind as a string, sharing the common one
+// instead of allocating it again for every row.
+func kindOf(b sql.RawBytes) string {
+	if string(b) == feed.KindPost {
+		return feed.KindPost
+	}
+	return string(b)
 }
 
 // feedStmt returns the shard's prepared page statement, preparing it on
