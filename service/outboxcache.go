@@ -82,19 +82,21 @@ func (c *outboxCache) drop(author uint64) {
 // pull reads up to limit posts of each source for a feed page: from the
 // cache where it reaches deep enough, refreshing stale authors with one
 // statement per shard, and straight from the outboxes for sources deeper
-// than the cache. It returns the posts and the statements run.
-func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit int) ([]feed.Post, int, error) {
+// than the cache. It returns the posts, as lists for the merge (cached ones
+// shared, not copied), and the statements run.
+func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit int) ([][]feed.Post, int, error) {
 	if s.cache == nil || len(sources) == 0 {
-		return s.store.PullPosts(ctx, sources, limit)
+		posts, n, err := s.store.PullPosts(ctx, sources, limit)
+		return [][]feed.Post{posts}, n, err
 	}
 	now := s.now()
-	var out []feed.Post
+	out := make([][]feed.Post, 0, len(sources))
 	var stale, direct []store.PullSource
 	for _, src := range sources {
 		if e, ok := s.cache.get(src.AuthorID, now); !ok {
 			stale = append(stale, src)
 		} else if posts, ok := e.below(src.Before, limit); ok {
-			out = append(out, posts...)
+			out = append(out, posts)
 		} else {
 			direct = append(direct, src)
 		}
@@ -119,7 +121,7 @@ func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit in
 			e := outboxEntry{posts: head, complete: len(head) < outboxCacheDepth, at: now}
 			s.cache.put(src.AuthorID, e)
 			if posts, ok := e.below(src.Before, limit); ok {
-				out = append(out, posts...)
+				out = append(out, posts)
 			} else {
 				direct = append(direct, src)
 			}
@@ -131,7 +133,7 @@ func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit in
 			return nil, queries, err
 		}
 		queries += n
-		out = append(out, posts...)
+		out = append(out, posts)
 	}
 	return out, queries, nil
 }

@@ -59,7 +59,7 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]fe
 		return nil, "", err
 	}
 	queries += n
-	items := mergeNewest(page.Limit+1, snap.Floor, snap.Inbox, pulled)
+	items := mergeNewest(page.Limit+1, snap.Floor, append(pulled, snap.Inbox)...)
 	if len(items) <= page.Limit && snap.Floor != nil {
 		deep, n, err := s.deepScroll(ctx, userID, olderOf(before, *snap.Floor), page.Limit+1-len(items))
 		if err != nil {
