@@ -77,7 +77,7 @@ func defaultOptions() options {
 		PullPosts:       40,
 		Duration:        10 * time.Second,
 		Warmup:          2 * time.Second,
-		Slices:          5,
+		Slices:          10,
 		Diagnostics:     true,
 		Optimize:        true,
 	}
