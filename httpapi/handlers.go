@@ -192,11 +192,11 @@ var postPagePool = sync.Pool{New: func() any { return new([]byte) }}
 
 // writePostPage writes a page of posts, the feed's and an author's. The
 // bytes are those encoding/json writes for newPage(posts, next, toPostJSON)
-// (as c.JSON sends them, so ?pretty is served by c.JSON itself), appended
-// without reflection or an allocation per item: feed pages are the
-// service's hottest response.
+// as c.JSON sends them (?pretty and debug mode are left to c.JSON itself),
+// appended without reflection or an allocation per item: feed pages are
+// the service's hottest response.
 func writePostPage(c echo.Context, posts []feed.Post, next string) error {
-	if _, pretty := c.QueryParams()["pretty"]; pretty {
+	if _, pretty := c.QueryParams()["pretty"]; pretty || c.Echo().Debug {
 		return jsonPage(toPostJSON)(c, posts, next)
 	}
 	buf := postPagePool.Get().(*[]byte)

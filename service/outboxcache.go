@@ -82,8 +82,8 @@ func (c *outboxCache) drop(author uint64) {
 // pull reads up to limit posts of each source for a feed page: from the
 // cache where it reaches deep enough, refreshing stale authors with one
 // statement per shard, and straight from the outboxes for sources deeper
-// than the cache. It returns the posts, as lists for the merge (cached ones
-// shared, not copied), and the statements run.
+// than the cache. It returns the posts, as lists for the merge, and the
+// statements run. Lists from the cache share its arrays: read them only.
 func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit int) ([][]feed.Post, int, error) {
 	if s.cache == nil || len(sources) == 0 {
 		posts, n, err := s.store.PullPosts(ctx, sources, limit)

@@ -132,6 +132,8 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 // INSERTs, each cutting 64 users' inboxes by as many of their oldest
 // entries as the round writes to them (the cuts are looked up before the
 // clock starts), so the inboxes keep their size as retention keeps them.
+// Unlike trims, the cuts leave the floors where they were: the inboxes stop
+// being complete down to them, which no later phase reads that deep to see.
 func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, batch int, retain bool) error {
 	now := time.Now().UnixMilli()
 	var inserts [][]store.InboxRow
@@ -201,6 +203,9 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 	}
 	w.Time += time.Since(start)
 	w.addCPU(cpu0)
+	if retain && deleted.Load() != written.Load() {
+		return fmt.Errorf("retention ceiling deleted %d rows for %d written", deleted.Load(), written.Load())
+	}
 	w.Rows += written.Load()
 	w.Trimmed += deleted.Load()
 	return nil

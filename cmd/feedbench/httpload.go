@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // httpLoad is phase C's HTTP load generator, built the way wrk-style
@@ -26,7 +27,8 @@ type httpLoad struct {
 	addr string
 
 	mu    sync.Mutex
-	conns []*httpConn
+	conns []*httpConn // every connection dialed
+	idle  []*httpConn // those no session holds
 }
 
 // httpConn is one client's connection.
@@ -38,11 +40,11 @@ type httpConn struct {
 }
 
 // pager returns a pager that reads feed pages of pageLimit items over the
-// session's connection, dialing it on first use.
+// session's connection, taking one on first use.
 func (h *httpLoad) pager() pager {
 	return func(ctx context.Context, s *session) (bool, error) {
 		if s.conn == nil {
-			c, err := h.dial(ctx)
+			c, err := h.take(ctx)
 			if err != nil {
 				return false, err
 			}
@@ -68,7 +70,16 @@ func (h *httpLoad) pager() pager {
 	}
 }
 
-func (h *httpLoad) dial(ctx context.Context) (*httpConn, error) {
+// take returns an idle connection, or dials one.
+func (h *httpLoad) take(ctx context.Context) (*httpConn, error) {
+	h.mu.Lock()
+	if n := len(h.idle); n > 0 {
+		c := h.idle[n-1]
+		h.idle = h.idle[:n-1]
+		h.mu.Unlock()
+		return c, nil
+	}
+	h.mu.Unlock()
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", h.addr)
 	if err != nil {
@@ -81,6 +92,14 @@ func (h *httpLoad) dial(ctx context.Context) (*httpConn, error) {
 	return hc, nil
 }
 
+// release makes every connection idle again, once the sessions holding them
+// are over, so a run of many slices keeps one connection per client.
+func (h *httpLoad) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.idle = append(h.idle[:0], h.conns...)
+}
+
 // close closes every connection the generator dialed.
 func (h *httpLoad) close() {
 	h.mu.Lock()
@@ -88,8 +107,11 @@ func (h *httpLoad) close() {
 	for _, c := range h.conns {
 		c.c.Close()
 	}
-	h.conns = nil
+	h.conns, h.idle = nil, nil
 }
+
+// requestTimeout bounds one request of the load generator.
+const requestTimeout = 30 * time.Second
 
 // getFeed requests one page and returns its body, valid until the next call.
 func (c *httpConn) getFeed(user uint64, cursor string) ([]byte, error) {
@@ -102,6 +124,10 @@ func (c *httpConn) getFeed(user uint64, cursor string) ([]byte, error) {
 		c.req = append(c.req, url.QueryEscape(cursor)...)
 	}
 	c.req = append(c.req, " HTTP/1.1\r\nHost: feed\r\n\r\n"...)
+	// A stalled server fails the run instead of hanging it.
+	if err := c.c.SetDeadline(time.Now().Add(requestTimeout)); err != nil {
+		return nil, err
+	}
 	if _, err := c.c.Write(c.req); err != nil {
 		return nil, err
 	}
@@ -119,7 +145,7 @@ func (c *httpConn) readResponse() ([]byte, error) {
 		return nil, fmt.Errorf("bad status line %q", status)
 	}
 	code := string(status[9:12])
-	length, chunked := -1, false
+	length, chunked, closing := -1, false, false
 	for {
 		line, err := c.line()
 		if err != nil {
@@ -140,6 +166,8 @@ func (c *httpConn) readResponse() ([]byte, error) {
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			chunked = bytes.EqualFold(value, []byte("chunked"))
+		case bytes.EqualFold(name, []byte("Connection")):
+			closing = bytes.EqualFold(value, []byte("close"))
 		}
 	}
 	c.buf = c.buf[:0]
@@ -156,6 +184,9 @@ func (c *httpConn) readResponse() ([]byte, error) {
 	}
 	if code != "200" {
 		return nil, fmt.Errorf("status %s: %s", code, c.buf)
+	}
+	if closing {
+		return nil, errors.New("the server closed a keep-alive connection")
 	}
 	return c.buf, nil
 }

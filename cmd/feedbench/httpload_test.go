@@ -20,6 +20,7 @@ func TestHTTPLoadReadsResponses(t *testing.T) {
 		{"no framing", "HTTP/1.1 200 OK\r\n\r\nhello", "", true},
 		{"bad chunk size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "", true},
 		{"short body", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhello", "", true},
+		{"connection close", "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nhi", "", true},
 		{"not HTTP/1.1", "HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n", "", true},
 	}
 	for _, tc := range tests {

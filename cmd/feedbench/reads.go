@@ -35,10 +35,11 @@ type session struct {
 // more=false ends the session early (the feed ended).
 type pager func(ctx context.Context, s *session) (more bool, err error)
 
-// sessions turns a pager into a closed-loop operation over random users.
-func (b *bench) sessions(users []uint64, read pager) func(client int) func(context.Context) error {
+// sessions turns a pager into a closed-loop operation over random users;
+// each slice of a run draws its own users.
+func (b *bench) sessions(users []uint64, read pager, slice int) func(client int) func(context.Context) error {
 	return func(client int) func(context.Context) error {
-		rng := rand.New(rand.NewPCG(b.opt.Seed, uint64(client)))
+		rng := rand.New(rand.NewPCG(b.opt.Seed, uint64(slice)<<32|uint64(client)))
 		s := &session{}
 		return func(ctx context.Context) error {
 			if s.page == 0 {
@@ -151,7 +152,8 @@ func (b *bench) reads(ctx context.Context) error {
 			a.warmed = true
 			qSum0, qCount0 := b.stack.histogram("feed_read_queries")
 			pSum0, _ := b.stack.histogram("feed_read_pull_authors")
-			res, err := closedLoop(ctx, b.opt.Clients, warm, b.opt.Duration/time.Duration(nSlices), b.sessions(rs.users, rs.read))
+			res, err := closedLoop(ctx, b.opt.Clients, warm, b.opt.Duration/time.Duration(nSlices), b.sessions(rs.users, rs.read, slice))
+			load.release() // the slice's sessions are over; the next ones reuse their connections
 			if err != nil {
 				return fmt.Errorf("C %s: %w", rs.name, err)
 			}

@@ -80,8 +80,8 @@ type fanoutResult struct {
 	NoTrim    writerStats // diagnostic: same workers, retention never trims
 	NoTrimRun bool
 	Ceiling   writerStats
-	// diagnostic: the ceiling's INSERTs each followed by a DELETE of as
-	// many old entries (run with NoTrim)
+	// diagnostic: the ceiling's INSERTs with range DELETEs of as many old
+	// entries spread among them (run with NoTrim)
 	CeilingRetain writerStats
 }
 
