@@ -17,9 +17,10 @@ import (
 
 // claimAll runs claimers goroutines, each claiming up to limit rows at a time
 // with its own token until a claim comes back empty, and returns the keys each
-// got. A claimer that sees nothing left stops: rows other claimers hold in
-// open transactions are theirs.
-func claimAll(t *testing.T, claimers int, claim func(token uint64) ([]string, error)) [][]string {
+// got, after checking every row carries its claimer's token. A claimer that
+// sees nothing left stops: rows other claimers hold in open transactions are
+// theirs.
+func claimAll[T any](t *testing.T, claimers int, claim func(token uint64) ([]T, error), key func(T) (string, uint64)) [][]string {
 	t.Helper()
 	got := make([][]string, claimers)
 	errs := make([]error, claimers)
@@ -32,15 +33,22 @@ func claimAll(t *testing.T, claimers int, claim func(token uint64) ([]string, er
 			token := newToken()
 			<-start
 			for {
-				keys, err := claim(token)
+				rows, err := claim(token)
 				if err != nil {
 					errs[i] = err
 					return
 				}
-				if len(keys) == 0 {
+				if len(rows) == 0 {
 					return
 				}
-				got[i] = append(got[i], keys...)
+				for _, r := range rows {
+					k, tok := key(r)
+					if tok != token {
+						errs[i] = fmt.Errorf("row %s claimed with token %d carries %d", k, token, tok)
+						return
+					}
+					got[i] = append(got[i], k)
+				}
 			}
 		}()
 	}
@@ -84,17 +92,9 @@ func TestClaimsAreExclusive(t *testing.T) {
 			deliveries = append(deliveries, []any{1000 + i, 1 + i%7, t0, feed.KindPost, t0})
 		}
 		insertRows(t, st.Shards()[0].DB, "INSERT INTO deliveries (content_id, author_id, publish_time, kind, created_at)", deliveries)
-		got := claimAll(t, claimers, func(token uint64) ([]string, error) {
-			jobs, err := st.ClaimDeliveries(t.Context(), st.Shards()[0], t0, t0+lease, limit, token)
-			keys := make([]string, len(jobs))
-			for i, j := range jobs {
-				if j.Token != token {
-					return nil, fmt.Errorf("job %+v lacks token %d", j, token)
-				}
-				keys[i] = fmt.Sprint(j.ContentID)
-			}
-			return keys, err
-		})
+		got := claimAll(t, claimers, func(token uint64) ([]store.DeliveryJob, error) {
+			return st.ClaimDeliveries(t.Context(), st.Shards()[0], t0, t0+lease, limit, token)
+		}, func(j store.DeliveryJob) (string, uint64) { return fmt.Sprint(j.ContentID), j.Token })
 		checkDisjoint(t, got, rows)
 		if n := count(t, st.Shards()[0], "SELECT COUNT(*) FROM deliveries WHERE claimed_until = ? AND attempts = 1", t0+lease); n != rows {
 			t.Errorf("%d deliveries leased once, want %d", n, rows)
@@ -112,14 +112,9 @@ func TestClaimsAreExclusive(t *testing.T) {
 		publish(t, st, 1, 10, t0)
 		publish(t, st, 1, 11, t0)
 		plan(t, st, 1, t0, store.PlanOptions{TaskSize: 1}) // one task per follower and post
-		got := claimAll(t, claimers, func(token uint64) ([]string, error) {
-			tasks, err := st.ClaimTasks(t.Context(), st.Shards()[0], t0, t0+lease, limit, token)
-			keys := make([]string, len(tasks))
-			for i, tk := range tasks {
-				keys[i] = fmt.Sprintf("%d/%d", tk.ContentID, tk.Seq)
-			}
-			return keys, err
-		})
+		got := claimAll(t, claimers, func(token uint64) ([]store.Task, error) {
+			return st.ClaimTasks(t.Context(), st.Shards()[0], t0, t0+lease, limit, token)
+		}, func(tk store.Task) (string, uint64) { return fmt.Sprintf("%d/%d", tk.ContentID, tk.Seq), tk.Token })
 		checkDisjoint(t, got, rows)
 	})
 
@@ -131,13 +126,10 @@ func TestClaimsAreExclusive(t *testing.T) {
 			events = append(events, []any{1 + i%10, 100 + i, t0})
 		}
 		insertRows(t, st.Shards()[0].DB, "INSERT INTO follow_events (user_id, author_id, created_at)", events)
-		got := claimAll(t, claimers, func(token uint64) ([]string, error) {
-			evs, err := st.ClaimFollowEvents(t.Context(), st.Shards()[0], t0, t0+lease, limit, token)
-			keys := make([]string, len(evs))
-			for i, e := range evs {
-				keys[i] = fmt.Sprintf("%d→%d", e.UserID, e.AuthorID)
-			}
-			return keys, err
+		got := claimAll(t, claimers, func(token uint64) ([]store.FollowEvent, error) {
+			return st.ClaimFollowEvents(t.Context(), st.Shards()[0], t0, t0+lease, limit, token)
+		}, func(e store.FollowEvent) (string, uint64) {
+			return fmt.Sprintf("%d→%d", e.UserID, e.AuthorID), e.Token
 		})
 		checkDisjoint(t, got, rows)
 	})
