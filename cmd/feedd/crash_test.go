@@ -163,6 +163,22 @@ func (p *proc) stop(t *testing.T, timeout time.Duration) {
 	}
 }
 
+// crashDatabase gives a crash test the feedd binary and a migrated database:
+// its DSN, a store on it, and a raw connection for checks (closed at cleanup).
+func crashDatabase(t *testing.T) (bin, dsn string, st *store.Store, raw *sql.DB) {
+	t.Helper()
+	bin = feeddBinary(t)
+	dsn = storetest.DatabaseDSN(t)
+	runFeedd(t, bin, "migrate", "--mysql-dsn", dsn)
+	st = openStore(t, store.SingleShardMap(dsn))
+	raw, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	return bin, dsn, st, raw
+}
+
 // runFeedd runs the binary to completion (e.g. migrate).
 func runFeedd(t *testing.T, bin string, args ...string) {
 	t.Helper()
@@ -298,15 +314,7 @@ func TestCrashFanout(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	ctx := context.Background()
 
-	bin := feeddBinary(t)
-	dsn := storetest.DatabaseDSN(t)
-	runFeedd(t, bin, "migrate", "--mysql-dsn", dsn)
-	st := openStore(t, store.SingleShardMap(dsn))
-	raw, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	bin, dsn, st, raw := crashDatabase(t)
 
 	const author = 42
 	users := make([]uint64, followers)
@@ -426,15 +434,7 @@ func TestCrashBackfill(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ctx := context.Background()
 
-	bin := feeddBinary(t)
-	dsn := storetest.DatabaseDSN(t)
-	runFeedd(t, bin, "migrate", "--mysql-dsn", dsn)
-	st := openStore(t, store.SingleShardMap(dsn))
-	raw, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer raw.Close()
+	bin, dsn, st, raw := crashDatabase(t)
 
 	start := time.Now()
 	now := start.UnixMilli()
