@@ -152,24 +152,20 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 		rows   []store.InboxRow
 		delete bool
 	}
-	jobs := make([]job, 0, len(inserts))
-	for _, rows := range inserts {
-		jobs = append(jobs, job{rows: rows})
-	}
+	var cuts [][]store.InboxRow
 	if retain {
-		cuts, err := b.retentionCuts(ctx, inserts)
-		if err != nil {
+		var err error
+		if cuts, err = b.retentionCuts(ctx, inserts); err != nil {
 			return err
 		}
-		// Spread the deletes evenly among the inserts.
-		all := make([]job, 0, len(jobs)+len(cuts))
-		for i, j := range jobs {
-			all = append(all, j)
-			for _, c := range cuts[i*len(cuts)/len(jobs) : (i+1)*len(cuts)/len(jobs)] {
-				all = append(all, job{rows: c, delete: true})
-			}
+	}
+	// Each insert, then its even share of the deletes.
+	jobs := make([]job, 0, len(inserts)+len(cuts))
+	for i, rows := range inserts {
+		jobs = append(jobs, job{rows: rows})
+		for _, c := range cuts[i*len(cuts)/len(inserts) : (i+1)*len(cuts)/len(inserts)] {
+			jobs = append(jobs, job{rows: c, delete: true})
 		}
-		jobs = all
 	}
 	var next, written, deleted atomic.Int64
 	var g group
