@@ -102,10 +102,17 @@ func (h *harness) waitIdle(t testing.TB) {
 // feedAll pages through the user's whole feed with the given page size.
 func (h *harness) feedAll(t testing.TB, user uint64, limit int) []feed.Post {
 	t.Helper()
+	return pageAll(t, "feed", h.svc.Feed, user, limit)
+}
+
+// pageAll pages through a whole list of posts (what names it in a failure)
+// with the given page size.
+func pageAll(t testing.TB, what string, list func(context.Context, uint64, feed.Page) ([]feed.Post, string, error), id uint64, limit int) []feed.Post {
+	t.Helper()
 	var all []feed.Post
 	cursor := ""
 	for range 10000 {
-		items, next, err := h.svc.Feed(context.Background(), user, feed.Page{Limit: limit, Cursor: cursor})
+		items, next, err := list(context.Background(), id, feed.Page{Limit: limit, Cursor: cursor})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +122,7 @@ func (h *harness) feedAll(t testing.TB, user uint64, limit int) []feed.Post {
 		}
 		cursor = next
 	}
-	t.Fatal("feed did not end")
+	t.Fatal(what + " did not end")
 	return nil
 }
 

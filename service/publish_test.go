@@ -45,21 +45,7 @@ func newestFirst(posts []feed.Post) []feed.Post {
 // listAll pages through the author's post list.
 func listAll(t testing.TB, svc *service.Service, author uint64, limit int) []feed.Post {
 	t.Helper()
-	var all []feed.Post
-	cursor := ""
-	for range 10000 {
-		items, next, err := svc.ListPosts(context.Background(), author, feed.Page{Limit: limit, Cursor: cursor})
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, items...)
-		if next == "" {
-			return all
-		}
-		cursor = next
-	}
-	t.Fatal("post list did not end")
-	return nil
+	return pageAll(t, "post list", svc.ListPosts, author, limit)
 }
 
 // authorsOnShards returns two ids on the same shard and one on another.
