@@ -116,8 +116,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// trimEvery is the mean number of pushes into one inbox between trim
-// checks: each push checks with probability 1/trimEvery, so an inbox
-// overshoots its limit by trimEvery entries on average and trimming costs
-// about one deleted row per pushed one, with no scan of idle users.
-func (c Config) trimEvery() int { return max(1, c.InboxLimit/10) }
+// TrimEvery is the mean number of pushes into one inbox between trim
+// checks: each push checks with probability 1/TrimEvery, so an inbox
+// overshoots its limit by a geometric number of entries (mean TrimEvery-1)
+// and trimming costs about one deleted row per pushed one, with no scan of
+// idle users.
+func (c Config) TrimEvery() int { return max(1, c.InboxLimit/10) }

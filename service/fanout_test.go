@@ -117,18 +117,18 @@ func TestFanoutThousandFollowers(t *testing.T) {
 // inbox limit of 50.
 //
 // Trimming is probabilistic: each push into an inbox checks it with
-// probability 1/trimEvery (trimEvery = InboxLimit/10 = 5) and a check cuts
+// probability 1/TrimEvery (TrimEvery = InboxLimit/10 = 5) and a check cuts
 // it back to InboxLimit. So once full, an inbox holds InboxLimit plus the
 // pushes since its last check: exceeding InboxLimit + k needs k pushes in a
 // row without a check, probability (1 - 1/trimEvery)^k ≈ e^(-k/trimEvery).
 // The bound asserted, k = 20*trimEvery = 100, fails with probability
 // 0.8^100 ≈ 2e-10 per inbox: a flake-free test of a tail that shrinks
-// exponentially (the mean overshoot is trimEvery).
+// exponentially (the mean overshoot is TrimEvery-1).
 func TestRetention(t *testing.T) {
 	t.Parallel()
 	const limit = 50
 	h := newHarness(t, harnessOpts{shards: 2, configured: func(c *service.Config) { c.InboxLimit = limit }})
-	trimEvery := limit / 10
+	trimEvery := h.svc.Config().TrimEvery()
 	const reader = 500
 	authors := []uint64{501, 502, 503, 504, 505}
 	for _, a := range authors {

@@ -244,12 +244,12 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 	}
 }
 
-// sampleTrims trims each pushed-to inbox with probability 1/trimEvery, which
+// sampleTrims trims each pushed-to inbox with probability 1/TrimEvery, which
 // bounds inboxes near InboxLimit at about one deleted row per pushed one.
 // The sampled inboxes of a batch are trimmed together, with a fixed number
 // of statements per shard.
 func (s *Service) sampleTrims(ctx context.Context, users []uint64) {
-	every := s.cfg.trimEvery()
+	every := s.cfg.TrimEvery()
 	var sampled []uint64
 	for _, u := range users {
 		if rand.IntN(every) == 0 {

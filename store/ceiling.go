@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
 )
@@ -67,6 +68,22 @@ func (sh *Shard) DeleteInboxBelow(ctx context.Context, bounds []InboxRow) (int64
 	}
 	n, err := deleteBelow(ctx, sh.DB, bounds)
 	return n, wrap("delete inbox rows", err)
+}
+
+// DeleteInboxEntries removes one post from the listed users' inboxes on sh
+// with the statement retractions use, and returns how many entries went: a
+// benchmark undoes the rows of a writer that does not trim with it.
+func (sh *Shard) DeleteInboxEntries(ctx context.Context, p feed.Post, users []uint64) (int64, error) {
+	q, args, err := sqlx.In(retractSQL, users, p.PublishTime, p.ContentID)
+	if err != nil {
+		return 0, wrap("delete inbox entries", err)
+	}
+	r, err := sh.DB.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, wrap("delete inbox entries", err)
+	}
+	n, err := r.RowsAffected()
+	return n, wrap("delete inbox entries", err)
 }
 
 // LoadInbox bulk-loads inbox rows, routed to their users' shards: for
@@ -229,6 +246,20 @@ func (sh *Shard) OtherActiveSessions(ctx context.Context) (int, error) {
 	var n int
 	err := sh.DB.QueryRowContext(ctx, otherSessionsSQL).Scan(&n)
 	return n, wrap("other sessions", err)
+}
+
+// purgeBacklogSQL reads InnoDB's history list length (the metric is on by
+// default on MySQL 8 and MariaDB alike).
+const purgeBacklogSQL = `SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'`
+
+// PurgeBacklog returns how many committed transactions' undo logs InnoDB
+// has yet to purge on sh: deleted rows leave the index only when purge
+// gets to them, in the background. A benchmark waits for it to drain so
+// that one writer's purge is not timed in the next writer's window.
+func (sh *Shard) PurgeBacklog(ctx context.Context) (int64, error) {
+	var n int64
+	err := sh.DB.QueryRowContext(ctx, purgeBacklogSQL).Scan(&n)
+	return n, wrap("purge backlog", err)
 }
 
 // DropDatabases drops the database of every shard: for benchmarks and tests

@@ -25,8 +25,9 @@ const (
 
 	// Content ids of synthetic rows, far above the server's ids (41 bits of
 	// milliseconds shifted by 23 stay below 2^60 until the 2060s).
-	loadedContentBase  = 1 << 62
-	ceilingContentBase = 1<<62 + 1<<61
+	loadedContentBase    = 1 << 62
+	overshootContentBase = 1<<62 + 1<<60 // phase A's steady-state overshoot
+	ceilingContentBase   = 1<<62 + 1<<61
 
 	// inboxAuthors is how many synthetic authors the loaded rows come from.
 	inboxAuthors = 100

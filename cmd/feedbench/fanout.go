@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -35,14 +36,27 @@ func (b *bench) fanout(ctx context.Context) error {
 	}
 	cfg := b.stack.svc.Config()
 	res := fanoutResult{Authors: o.FanoutAuthors, Followers: o.FanoutFollowers, Rounds: o.Rounds, Workers: cfg.Workers,
-		Batch: cfg.BatchSize, InboxLimit: cfg.InboxLimit}
+		Batch: cfg.BatchSize, InboxLimit: cfg.InboxLimit, TrimEvery: cfg.TrimEvery()}
+	var err error
+	if res.Overshoot, err = b.overshoot(ctx, res.TrimEvery); err != nil {
+		return err
+	}
 	type step struct {
 		name string
 		run  func() error
 	}
 	steps := []step{
-		{"fan-out", func() error { return b.fanoutRound(ctx, b.stack.svc, b.stack.reg, &res.Fanout) }},
-		{"ceiling", func() error { return b.ceilingRound(ctx, &res.Ceiling, followers, cfg.BatchSize, false) }},
+		{"fan-out", func() error {
+			_, err := b.fanoutRound(ctx, b.stack.svc, b.stack.reg, &res.Fanout)
+			return err
+		}},
+		{"ceiling", func() error {
+			posts, err := b.ceilingRound(ctx, &res.Ceiling, followers, cfg.BatchSize, false)
+			if err != nil {
+				return err
+			}
+			return b.undo(ctx, followers, posts)
+		}},
 	}
 	if o.Diagnostics {
 		noTrim := cfg
@@ -54,13 +68,18 @@ func (b *bench) fanout(ctx context.Context) error {
 		}
 		res.NoTrimRun = true
 		steps = append(steps, step{"ceiling with retention", func() error {
-			return b.ceilingRound(ctx, &res.CeilingRetain, followers, cfg.BatchSize, true)
+			_, err := b.ceilingRound(ctx, &res.CeilingRetain, followers, cfg.BatchSize, true)
+			return err
 		}})
 		steps = slices.Insert(steps, 1, step{"fan-out without trims", func() error {
 			b.stack.haltWorkers()
 			b.stack.startWorkers(svc)
 			defer func() { b.stack.haltWorkers(); b.stack.startWorkers(b.stack.svc) }()
-			return b.fanoutRound(ctx, svc, reg, &res.NoTrim)
+			posts, err := b.fanoutRound(ctx, svc, reg, &res.NoTrim)
+			if err != nil {
+				return err
+			}
+			return b.undo(ctx, followers, posts)
 		}})
 	}
 	for round := range o.Rounds {
@@ -69,6 +88,9 @@ func (b *bench) fanout(ctx context.Context) error {
 			slices.Reverse(order)
 		}
 		for _, st := range order {
+			if err := b.quiesce(ctx); err != nil {
+				return err
+			}
 			if err := st.run(); err != nil {
 				return fmt.Errorf("A %s: %w", st.name, err)
 			}
@@ -87,8 +109,8 @@ func (b *bench) fanout(ctx context.Context) error {
 // counter reports (a worker counts a batch after its commit and after the
 // task's finish). Watching the counter instead of polling the database keeps
 // the wait from loading the server it measures; the deliveries' state is
-// checked once afterwards.
-func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prometheus.Registry, w *writerStats) error {
+// checked once afterwards. Returns the posts, by author.
+func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prometheus.Registry, w *writerStats) ([]feed.Post, error) {
 	rows0 := counterOf(reg, "feed_fanout_inbox_rows_total")
 	trim0 := counterOf(reg, "feed_inbox_trimmed_rows_total")
 	err0 := counterOf(reg, "feed_worker_errors_total")
@@ -96,25 +118,27 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 	want := int64(b.opt.FanoutAuthors * b.opt.FanoutFollowers)
 	cpu0 := readCPUTimes()
 	start := time.Now()
-	for a := range b.opt.FanoutAuthors {
-		if _, _, err := svc.Publish(ctx, service.PublishInput{AuthorID: fanoutAuthorBase + uint64(a)}); err != nil {
-			return err
+	posts := make([]feed.Post, b.opt.FanoutAuthors)
+	for a := range posts {
+		var err error
+		if posts[a], _, err = svc.Publish(ctx, service.PublishInput{AuthorID: fanoutAuthorBase + uint64(a)}); err != nil {
+			return nil, err
 		}
 	}
 	rows := int64(0)
 	for deadline := start.Add(10 * time.Minute); rows < want; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			return fmt.Errorf("fan-out wrote %d inbox rows in 10m, want %d", rows, want)
+			return nil, fmt.Errorf("fan-out wrote %d inbox rows in 10m, want %d", rows, want)
 		}
 		rows = int64(counterOf(reg, "feed_fanout_inbox_rows_total") - rows0)
 	}
 	el := time.Since(start)
 	w.addCPU(cpu0)
 	if err := b.stack.waitIdle(ctx, time.Minute); err != nil {
-		return err
+		return nil, err
 	}
 	if rows = int64(counterOf(reg, "feed_fanout_inbox_rows_total") - rows0); rows != want {
-		return fmt.Errorf("fan-out wrote %d inbox rows, want %d", rows, want)
+		return nil, fmt.Errorf("fan-out wrote %d inbox rows, want %d", rows, want)
 	}
 	bSum1, bCount1 := histogramOf(reg, "feed_fanout_batch_seconds")
 	w.Rows += rows
@@ -123,7 +147,7 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 	w.WorkerErrors += int64(counterOf(reg, "feed_worker_errors_total") - err0)
 	w.BatchSeconds += bSum1 - bSum0
 	w.Batches += int64(bCount1 - bCount0)
-	return nil
+	return posts, nil
 }
 
 // ceilingRound writes one synthetic post per author into the same
@@ -134,12 +158,15 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 // clock starts), so the inboxes keep their size as retention keeps them.
 // Unlike trims, the cuts leave the floors where they were: the inboxes stop
 // being complete down to them, which no later phase reads that deep to see.
-func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, batch int, retain bool) error {
+// Returns the synthetic posts, by author.
+func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, batch int, retain bool) ([]feed.Post, error) {
 	now := time.Now().UnixMilli()
 	var inserts [][]store.InboxRow
+	posts := make([]feed.Post, len(followers))
 	for a, users := range followers {
 		b.ceilingPosts++
 		p := feed.Post{ContentID: ceilingContentBase + b.ceilingPosts, AuthorID: fanoutAuthorBase + uint64(a), PublishTime: now, Kind: feed.KindPost}
+		posts[a] = p
 		for lo := 0; lo < len(users); lo += batch {
 			rows := make([]store.InboxRow, 0, batch)
 			for _, u := range users[lo:min(lo+batch, len(users))] {
@@ -156,7 +183,7 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 	if retain {
 		var err error
 		if cuts, err = b.retentionCuts(ctx, inserts); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	// Each insert, then its even share of the deletes.
@@ -195,16 +222,82 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return err
+		return nil, err
 	}
 	w.Time += time.Since(start)
 	w.addCPU(cpu0)
 	if retain && deleted.Load() != written.Load() {
-		return fmt.Errorf("retention ceiling deleted %d rows for %d written", deleted.Load(), written.Load())
+		return nil, fmt.Errorf("retention ceiling deleted %d rows for %d written", deleted.Load(), written.Load())
 	}
 	w.Rows += written.Load()
 	w.Trimmed += deleted.Load()
+	return posts, nil
+}
+
+// undo deletes a writer's posts from their authors' followers' inboxes
+// after its clock stopped: a writer that does not trim then leaves the
+// inboxes as it found them, and the next writer's trims do not cut its rows.
+func (b *bench) undo(ctx context.Context, followers [][]uint64, posts []feed.Post) error {
+	for a, p := range posts {
+		n, err := b.sh.DeleteInboxEntries(ctx, p, followers[a])
+		if err != nil {
+			return err
+		}
+		if n != int64(len(followers[a])) {
+			return fmt.Errorf("undoing post %d deleted %d inbox entries, want %d", p.ContentID, n, len(followers[a]))
+		}
+	}
 	return nil
+}
+
+// quiesce waits until InnoDB has purged what earlier writers deleted, so
+// that no writer's window times a predecessor's purge. On a shared server
+// other sessions keep some backlog, so it also stops once the backlog has
+// not shrunk for two seconds, and after a minute in any case.
+func (b *bench) quiesce(ctx context.Context) error {
+	start := time.Now()
+	low, lowAt := int64(-1), start
+	for {
+		n, err := b.sh.PurgeBacklog(ctx)
+		if err != nil || n == 0 {
+			return err
+		}
+		now := time.Now()
+		if low < 0 || n < low {
+			low, lowAt = n, now
+		}
+		if now.Sub(lowAt) > 2*time.Second || now.Sub(start) > time.Minute {
+			b.log.Warn("feedbench: purge backlog stopped draining; the next writer may pay for some of it",
+				"history_list_length", n, "waited", now.Sub(start).Round(time.Millisecond))
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// overshoot brings// overshoot brings the loaded inboxes to the steady state of sampled
+// retention: each push checks its inbox with probability 1/every, so an
+// inbox holds, above the limit, the pushes since its last check, a
+// geometric number with mean every-1. The extra entries are each inbox's
+// oldest, as the overshoot is what the next trim cuts. Returns the rows
+// added.
+func (b *bench) overshoot(ctx context.Context, every int) (int64, error) {
+	var rows []store.InboxRow
+	for _, u := range b.data.users {
+		n := 0
+		if every > 1 {
+			n = int(math.Log(1-b.rng.Float64()) / math.Log(1-1/float64(every)))
+		}
+		for k := range n {
+			rows = append(rows, store.InboxRow{UserID: u, Post: feed.Post{ContentID: overshootContentBase + uint64(k),
+				AuthorID: inboxAuthorBase, PublishTime: b.data.t0 + 1 + int64(k), Kind: feed.KindPost}})
+		}
+	}
+	return b.sh.InsertInboxRows(ctx, rows)
 }
 
 // retentionCuts returns, in statements of 64 users, where to cut each

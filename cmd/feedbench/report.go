@@ -75,6 +75,8 @@ func (w writerStats) cpuPer100k() string {
 
 type fanoutResult struct {
 	Authors, Followers, Rounds, Workers, Batch, InboxLimit int
+	TrimEvery                                              int   // sampled retention checks an inbox once per TrimEvery pushes
+	Overshoot                                              int64 // rows added to bring the inboxes to retention's steady state
 
 	Fanout    writerStats
 	NoTrim    writerStats // diagnostic: same workers, retention never trims
@@ -241,11 +243,17 @@ func (r *report) renderFanout(p func(string, ...any)) {
 	}
 	p("%d authors, each followed by %s users drawn at random from the loaded ones, publish one post per",
 		f.Authors, count(f.Followers))
-	p("round; %d rounds of %s inbox rows per writer, each row a random insert into a full inbox (the",
+	p("round; %d rounds of %s inbox rows per writer, each row a random insert into a full inbox. Every",
 		f.Rounds, count(f.Authors*f.Followers))
-	p("followers were loaded with %d rows each; the inbox limit is %d). Rounds reverse the order of the",
-		r.Opt.InboxRows, f.InboxLimit)
-	p("writers. Fan-out time runs from the first publish to the commit of the last batch. CPU columns: seconds")
+	p("writer meets the inboxes as sampled retention keeps them at its steady state: the limit (%d) plus",
+		f.InboxLimit)
+	p("the overshoot of the pushes since the inbox's last trim check, a geometric number of entries with")
+	p("mean %d (the loaded %d rows each and %s extra ones in all, below them). The writers that do not",
+		f.TrimEvery-1, r.Opt.InboxRows, count(int(f.Overshoot)))
+	p("trim have their rows deleted after their clocks stop, so they leave the inboxes as they found them;")
+	p("the fan-out's trims therefore cut about one row per row it writes, as at steady state. Rounds")
+	p("reverse the order of the writers. Fan-out time runs from the first publish to the commit of the")
+	p("last batch. CPU columns: seconds")
 	p("of CPU per 100,000 rows used during the writer's windows by the database server processes on this")
 	p("machine and by the benchmark process (service, workers, HTTP server and clients); the machine has")
 	p("%d CPUs, so rows/s is bounded by what the two together spend per row.", runtime.NumCPU())
@@ -313,8 +321,9 @@ func (r *report) renderLatency(p func(string, ...any)) {
 			msStr(percentile(l.Random, 0.5)), p99(l.Random), l.WorkerErrors)
 	}
 	p("")
-	p("With N = %d or %d, p99 is the maximum. The big audiences are %s users outside the loaded ones, with",
-		r.Opt.RepsSmall, r.Opt.RepsBig, count(r.Opt.FollowersBig))
+	p("p99 is the ⌈0.99·N⌉-th smallest of the N times: the second worst with N = 200 or 100, the worst")
+	p("below N = 100 (marked max). The big audiences are %s users outside the loaded ones, with",
+		count(r.Opt.FollowersBig))
 	p("nearly empty inboxes (loading %s full inboxes would not fit the time budget), so their inserts are",
 		count(r.Opt.FollowersBig))
 	p("cheaper than phase A's; the small author's followers are loaded users with full inboxes. Worker")
