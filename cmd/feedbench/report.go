@@ -311,7 +311,10 @@ func (r *report) renderLatency(p func(string, ...any)) {
 	p("`POST /v1/users/{id}/posts` over HTTP, then `GET /v1/users/{id}/feed?limit=20` over HTTP every")
 	p("%s for two followers until the post is on the page: the last follower in user_id order (the", pollInterval)
 	p("last batch of the last task writes it) and one drawn at random. Posts are timed one at a time,")
-	p("with the system at rest before each. Times are from the start of the POST.")
+	p("with the system at rest before each. Times are from the start of the POST. After a big-audience")
+	p("post is timed it is deleted from its followers' inboxes (and InnoDB's purge waited out): nothing")
+	p("trims those inboxes, and %d posts to %s users would otherwise outgrow the buffer pool.",
+		2*r.Opt.RepsBig, count(r.Opt.FollowersBig))
 	p("")
 	p("| author | N | POST p50 | last follower p50 | last follower p99 | random follower p50 | random follower p99 | worker errors |")
 	p("|---|---:|---:|---:|---:|---:|---:|---:|")
