@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
 )
@@ -74,15 +73,7 @@ func (sh *Shard) DeleteInboxBelow(ctx context.Context, bounds []InboxRow) (int64
 // with the statement retractions use, and returns how many entries went: a
 // benchmark undoes the rows of a writer that does not trim with it.
 func (sh *Shard) DeleteInboxEntries(ctx context.Context, p feed.Post, users []uint64) (int64, error) {
-	q, args, err := sqlx.In(retractSQL, users, p.PublishTime, p.ContentID)
-	if err != nil {
-		return 0, wrap("delete inbox entries", err)
-	}
-	r, err := sh.DB.ExecContext(ctx, q, args...)
-	if err != nil {
-		return 0, wrap("delete inbox entries", err)
-	}
-	n, err := r.RowsAffected()
+	n, err := writeInboxes(ctx, sh.DB, &Task{Retract: true, PublishTime: p.PublishTime, ContentID: p.ContentID}, users, 0)
 	return n, wrap("delete inbox entries", err)
 }
 

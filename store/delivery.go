@@ -311,10 +311,10 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 			var n int64
 			var err error
 			if sh == home {
-				n, err = s.writeInboxes(ctx, tx, t, users, opt.ActiveAfter)
+				n, err = writeInboxes(ctx, tx, t, users, opt.ActiveAfter)
 			} else {
 				err = inTx(ctx, sh.DB, func(otx *sqlx.Tx) error {
-					n, err = s.writeInboxes(ctx, otx, t, users, opt.ActiveAfter)
+					n, err = writeInboxes(ctx, otx, t, users, opt.ActiveAfter)
 					return err
 				})
 			}
@@ -378,7 +378,10 @@ func (s *Store) finishTask(ctx context.Context, home *Shard, t *Task) error {
 	})
 }
 
-func (s *Store) writeInboxes(ctx context.Context, tx sqlx.ExtContext, t *Task, users []uint64, activeAfter int64) (int64, error) {
+// writeInboxes adds t's post to (or, for a retraction, removes it from) the
+// listed users' inboxes with one statement on ex, and returns the entries
+// changed.
+func writeInboxes(ctx context.Context, ex sqlx.ExtContext, t *Task, users []uint64, activeAfter int64) (int64, error) {
 	var q string
 	var args []any
 	var err error
@@ -393,7 +396,7 @@ func (s *Store) writeInboxes(ctx context.Context, tx sqlx.ExtContext, t *Task, u
 	if err != nil {
 		return 0, err
 	}
-	r, err := tx.ExecContext(ctx, q, args...)
+	r, err := ex.ExecContext(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}

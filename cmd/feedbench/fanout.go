@@ -279,7 +279,7 @@ func (b *bench) quiesce(ctx context.Context) error {
 	}
 }
 
-// overshoot brings// overshoot brings the loaded inboxes to the steady state of sampled
+// overshoot brings the loaded inboxes to the steady state of sampled
 // retention: each push checks its inbox with probability 1/every, so an
 // inbox holds, above the limit, the pushes since its last check, a
 // geometric number with mean every-1. The extra entries are each inbox's
