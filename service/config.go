@@ -11,6 +11,7 @@ import (
 // Defaults of Config, from the run contract where it names them.
 const (
 	InboxLimitDefault    = 300
+	InboxSlackDefault    = 20
 	PushThresholdDefault = 10000
 	ActiveDaysDefault    = 7
 	MaxFollowingDefault  = 2000
@@ -40,6 +41,10 @@ type Config struct {
 	// InboxLimit is how many newest entries an inbox keeps; reads past them
 	// continue from the followed authors' outboxes.
 	InboxLimit int
+	// InboxSlack is the mean overshoot above InboxLimit that retention
+	// allows, in percent of it: the higher, the rarer the trim checks (each
+	// ranks InboxLimit entries) and the more rows an inbox holds meanwhile.
+	InboxSlack int
 	// PushThreshold: an author with more followers pushes only to active ones.
 	PushThreshold int64
 	// ActiveDays: a user who read their feed within this many days is active.
@@ -73,6 +78,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		InboxLimit:    InboxLimitDefault,
+		InboxSlack:    InboxSlackDefault,
 		PushThreshold: PushThresholdDefault,
 		ActiveDays:    ActiveDaysDefault,
 		MaxFollowing:  MaxFollowingDefault,
@@ -92,6 +98,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.InboxLimit < 1:
 		return fmt.Errorf("inbox limit must be >= 1, got %d", c.InboxLimit)
+	case c.InboxSlack < 1 || c.InboxSlack > 100:
+		return fmt.Errorf("inbox slack must be 1..100 (percent of the inbox limit), got %d", c.InboxSlack)
 	case c.PushThreshold < 0:
 		return fmt.Errorf("push threshold must be >= 0, got %d", c.PushThreshold)
 	case c.ActiveDays < 0 || c.ActiveDays > maxActiveDays:
@@ -118,7 +126,10 @@ func (c Config) Validate() error {
 
 // TrimEvery is the mean number of pushes into one inbox between trim
 // checks: each push checks with probability 1/TrimEvery, so an inbox
-// overshoots its limit by a geometric number of entries (mean TrimEvery-1)
-// and trimming costs about one deleted row per pushed one, with no scan of
-// idle users.
-func (c Config) TrimEvery() int { return max(1, c.InboxLimit/10) }
+// overshoots its limit by a geometric number of entries (mean TrimEvery-1,
+// about InboxSlack percent of the limit) and trimming costs about one
+// deleted row per pushed one, with no scan of idle users. A check ranks the
+// inbox's newest InboxLimit entries, so checks cost InboxLimit/TrimEvery =
+// 100/InboxSlack rows read per pushed row: the slack trades disk for
+// fan-out throughput (docs/DESIGN.md, "Retention").
+func (c Config) TrimEvery() int { return max(1, c.InboxLimit*c.InboxSlack/100) }

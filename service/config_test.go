@@ -26,6 +26,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "inbox limit 1", change: func(c *service.Config) { c.InboxLimit = 1 }},
 		{name: "inbox limit 0", change: func(c *service.Config) { c.InboxLimit = 0 }, wantErr: "inbox limit"},
 		{name: "inbox limit negative", change: func(c *service.Config) { c.InboxLimit = -5 }, wantErr: "inbox limit"},
+		{name: "inbox slack 1", change: func(c *service.Config) { c.InboxSlack = 1 }},
+		{name: "inbox slack 100", change: func(c *service.Config) { c.InboxSlack = 100 }},
+		{name: "inbox slack 0", change: func(c *service.Config) { c.InboxSlack = 0 }, wantErr: "inbox slack"},
+		{name: "inbox slack above 100", change: func(c *service.Config) { c.InboxSlack = 101 }, wantErr: "inbox slack"},
 		{name: "push threshold 0 (everyone pull)", change: func(c *service.Config) { c.PushThreshold = 0 }},
 		{name: "push threshold negative", change: func(c *service.Config) { c.PushThreshold = -1 }, wantErr: "push threshold"},
 		{name: "active days 0 (pure pull)", change: func(c *service.Config) { c.ActiveDays = 0 }},
@@ -86,6 +90,27 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.NodeID != -1 {
 		t.Fatalf("default node id %d, want -1 (random)", c.NodeID)
+	}
+}
+
+// TestTrimEvery checks the mean check interval the slack gives: a whole
+// number of pushes, at least one.
+func TestTrimEvery(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ limit, slack, want int }{
+		{300, 20, 60},
+		{300, 10, 30},
+		{300, 100, 300},
+		{50, 10, 5},
+		{7, 10, 1}, // rounds down to zero: every push checks
+		{1, 1, 1},
+	}
+	for _, tc := range tests {
+		c := service.DefaultConfig()
+		c.InboxLimit, c.InboxSlack = tc.limit, tc.slack
+		if got := c.TrimEvery(); got != tc.want {
+			t.Errorf("limit %d slack %d%%: TrimEvery %d, want %d", tc.limit, tc.slack, got, tc.want)
+		}
 	}
 }
 

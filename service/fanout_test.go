@@ -117,8 +117,8 @@ func TestFanoutThousandFollowers(t *testing.T) {
 // inbox limit of 50.
 //
 // Trimming is probabilistic: each push into an inbox checks it with
-// probability 1/TrimEvery (TrimEvery = InboxLimit/10 = 5) and a check cuts
-// it back to InboxLimit. So once full, an inbox holds InboxLimit plus the
+// probability 1/TrimEvery (InboxLimit × InboxSlack%: 5 here) and a check
+// cuts it back to InboxLimit. So once full, an inbox holds InboxLimit plus the
 // pushes since its last check: exceeding InboxLimit + k needs k pushes in a
 // row without a check, probability (1 - 1/trimEvery)^k ≈ e^(-k/trimEvery).
 // The bound asserted, k = 20*trimEvery = 100, fails with probability
@@ -127,7 +127,7 @@ func TestFanoutThousandFollowers(t *testing.T) {
 func TestRetention(t *testing.T) {
 	t.Parallel()
 	const limit = 50
-	h := newHarness(t, harnessOpts{shards: 2, configured: func(c *service.Config) { c.InboxLimit = limit }})
+	h := newHarness(t, harnessOpts{shards: 2, configured: func(c *service.Config) { c.InboxLimit, c.InboxSlack = limit, 10 }})
 	trimEvery := h.svc.Config().TrimEvery()
 	const reader = 500
 	authors := []uint64{501, 502, 503, 504, 505}

@@ -99,6 +99,27 @@ const trimChunk = 64
 
 const floorsSQL = `SELECT user_id, floor_time, floor_id FROM inbox WHERE user_id IN (?) AND ` + headerKeySQL + ` FOR UPDATE`
 
+// headerFloor is a header row's floor, NULL while the inbox is complete.
+type headerFloor struct {
+	UserID uint64        `db:"user_id"`
+	Time   sql.NullInt64 `db:"floor_time"`
+	ID     sql.NullInt64 `db:"floor_id"`
+}
+
+// lockFloors locks the existing header rows of users (sorted) and returns
+// their floors. Locking existing rows with FOR UPDATE takes them exclusive
+// at once; only a missing row's gap lock could deadlock with a concurrent
+// creator, which is why the rare missing headers go through ensureHeaders.
+func lockFloors(ctx context.Context, tx *sqlx.Tx, users []uint64) ([]headerFloor, error) {
+	q, args, err := sqlx.In(floorsSQL, users)
+	if err != nil {
+		return nil, err
+	}
+	var floors []headerFloor
+	err = sqlx.SelectContext(ctx, tx, &floors, q, args...)
+	return floors, err
+}
+
 // trimBoundaryPartSQL finds, in one user's inbox, the entries ranked limit
 // and limit+1 from the newest: a rank lookup inside one index range (the
 // server skips the keys), not paging. Two rows mean the inbox is over its
@@ -113,9 +134,9 @@ const setFloorsHead = `INSERT INTO inbox (user_id, publish_time, content_id, aut
 const setFloorsTail = ` ON DUPLICATE KEY UPDATE floor_time = VALUES(floor_time), floor_id = VALUES(floor_id)`
 
 // trimUsers cuts each user's inbox back to its newest limit entries and
-// raises each floor to the oldest entry kept, with five statements per 64
-// users whatever their number: lock the header rows (ascending, so
-// concurrent trims queue instead of deadlocking), read the floors, find the
+// raises each floor to the oldest entry kept, with four statements per 64
+// users whatever their number: lock the header rows and read the floors
+// (ascending, so concurrent trims queue instead of deadlocking), find the
 // boundaries, delete below them, write the new floors. The users must live
 // on tx's shard.
 func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int64, error) {
@@ -125,20 +146,19 @@ func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int
 	var trimmed int64
 	for start := 0; start < len(users); start += trimChunk {
 		ids := users[start:min(start+trimChunk, len(users))]
-		if err := ensureHeaders(ctx, tx, ids...); err != nil {
-			return trimmed, err
-		}
-		q, qargs, err := sqlx.In(floorsSQL, ids)
+		floors, err := lockFloors(ctx, tx, ids)
 		if err != nil {
 			return trimmed, err
 		}
-		var floors []struct {
-			UserID uint64        `db:"user_id"`
-			Time   sql.NullInt64 `db:"floor_time"`
-			ID     sql.NullInt64 `db:"floor_id"`
-		}
-		if err := sqlx.SelectContext(ctx, tx, &floors, q, qargs...); err != nil {
-			return trimmed, err
+		if len(floors) < len(ids) {
+			// Some header is missing (follows create them, so rarely):
+			// create it, locked, and read the floors again.
+			if err := ensureHeaders(ctx, tx, ids...); err != nil {
+				return trimmed, err
+			}
+			if floors, err = lockFloors(ctx, tx, ids); err != nil {
+				return trimmed, err
+			}
 		}
 		parts := make([]string, len(ids))
 		bargs := make([]any, 0, 2*len(ids))

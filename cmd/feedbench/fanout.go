@@ -36,7 +36,7 @@ func (b *bench) fanout(ctx context.Context) error {
 	}
 	cfg := b.stack.svc.Config()
 	res := fanoutResult{Authors: o.FanoutAuthors, Followers: o.FanoutFollowers, Rounds: o.Rounds, Workers: cfg.Workers,
-		Batch: cfg.BatchSize, InboxLimit: cfg.InboxLimit, TrimEvery: cfg.TrimEvery()}
+		Batch: cfg.BatchSize, InboxLimit: cfg.InboxLimit, InboxSlack: cfg.InboxSlack, TrimEvery: cfg.TrimEvery()}
 	var err error
 	if res.Overshoot, err = b.overshoot(ctx, res.TrimEvery); err != nil {
 		return err

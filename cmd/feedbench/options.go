@@ -33,6 +33,7 @@ type options struct {
 	FanoutFollowers int
 	Rounds          int
 	Workers         int
+	InboxSlack      int
 
 	// Phase B.
 	FollowersSmall int
@@ -65,8 +66,9 @@ func defaultOptions() options {
 		InboxRows:       300,
 		FanoutAuthors:   20,
 		FanoutFollowers: 5000,
-		Rounds:          2,
+		Rounds:          4,
 		Workers:         service.WorkersDefault,
+		InboxSlack:      service.InboxSlackDefault,
 		FollowersSmall:  1000,
 		FollowersBig:    100000,
 		RepsSmall:       200,
@@ -117,6 +119,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.FanoutFollowers, "fanout-followers", o.FanoutFollowers, "A: followers of each, drawn from the loaded users")
 	fs.IntVar(&o.Rounds, "rounds", o.Rounds, "A: rounds, alternating which of fan-out and ceiling goes first")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "A: fan-out worker goroutines, and connections of the insert ceiling")
+	fs.IntVar(&o.InboxSlack, "inbox-slack", o.InboxSlack, "the service's retention slack, percent of the inbox limit (feedd --inbox-slack)")
 	fs.IntVar(&o.FollowersSmall, "followers-small", o.FollowersSmall, "B: followers of the small author")
 	fs.IntVar(&o.FollowersBig, "followers-big", o.FollowersBig, "B: followers of the big authors")
 	fs.IntVar(&o.RepsSmall, "reps-small", o.RepsSmall, "B: posts timed for the small author")

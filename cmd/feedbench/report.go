@@ -74,9 +74,9 @@ func (w writerStats) cpuPer100k() string {
 }
 
 type fanoutResult struct {
-	Authors, Followers, Rounds, Workers, Batch, InboxLimit int
-	TrimEvery                                              int   // sampled retention checks an inbox once per TrimEvery pushes
-	Overshoot                                              int64 // rows added to bring the inboxes to retention's steady state
+	Authors, Followers, Rounds, Workers, Batch, InboxLimit, InboxSlack int
+	TrimEvery                                                          int   // sampled retention checks an inbox once per TrimEvery pushes
+	Overshoot                                                          int64 // rows added to bring the inboxes to retention's steady state
 
 	Fanout    writerStats
 	NoTrim    writerStats // diagnostic: same workers, retention never trims
@@ -248,7 +248,7 @@ func (r *report) renderFanout(p func(string, ...any)) {
 	p("writer meets the inboxes as sampled retention keeps them at its steady state: the limit (%d) plus",
 		f.InboxLimit)
 	p("the overshoot of the pushes since the inbox's last trim check, a geometric number of entries with")
-	p("mean %d (the loaded %d rows each and %s extra ones in all, below them). The writers that do not",
+	p("mean %d, the slack (the loaded %d rows each and %s extra ones in all, below them). The writers that do not",
 		f.TrimEvery-1, r.Opt.InboxRows, count(int(f.Overshoot)))
 	p("trim have their rows deleted after their clocks stop, so they leave the inboxes as they found them;")
 	p("the fan-out's trims therefore cut about one row per row it writes, as at steady state. Rounds")
@@ -266,8 +266,8 @@ func (r *report) renderFanout(p func(string, ...any)) {
 		}
 		return fmt.Sprintf("%s (%.1f ms)", count(int(w.Batches)), w.BatchSeconds/float64(w.Batches)*1000)
 	}
-	p("| **fan-out workers** (`service.RunWorkers`, %d fan-out goroutines, task and batch size %d, inbox limit %d) | %s | %.2f | **%s** | %s | %s | %d | %s |",
-		f.Workers, f.Batch, f.InboxLimit, count(int(f.Fanout.Rows)), f.Fanout.Time.Seconds(), count(int(f.Fanout.Rate())),
+	p("| **fan-out workers** (`service.RunWorkers`, %d fan-out goroutines, task and batch size %d, inbox limit %d, slack %d%%) | %s | %.2f | **%s** | %s | %s | %d | %s |",
+		f.Workers, f.Batch, f.InboxLimit, f.InboxSlack, count(int(f.Fanout.Rows)), f.Fanout.Time.Seconds(), count(int(f.Fanout.Rate())),
 		batches(f.Fanout), count(int(f.Fanout.Trimmed)), f.Fanout.WorkerErrors, f.Fanout.cpuPer100k())
 	if f.NoTrimRun {
 		p("| diagnostic: the same workers with retention off (inbox limit 2^30: sampled trims never fire) | %s | %.2f | %s | %s | %s | %d | %s |",

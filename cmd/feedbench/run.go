@@ -89,6 +89,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	}()
 
 	svcCfg := service.DefaultConfig()
+	svcCfg.InboxSlack = opt.InboxSlack
 	svcCfg.Workers = opt.Workers
 	stk, err := startStack(st, svcCfg, log)
 	if err != nil {

@@ -58,6 +58,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
 	fs.IntVar(&s.InboxLimit, "inbox-limit", s.InboxLimit, "entries kept per inbox")
+	fs.IntVar(&s.InboxSlack, "inbox-slack", s.InboxSlack, "mean overshoot above inbox-limit before trimming, percent of it (1..100)")
 	fs.Int64Var(&s.PushThreshold, "push-threshold", s.PushThreshold, "authors with more followers push only to active followers")
 	fs.IntVar(&s.ActiveDays, "active-days", s.ActiveDays, "a follower is active if it read its feed within this many days")
 	fs.IntVar(&s.MaxFollowing, "max-following", s.MaxFollowing, "follow cap per user")

@@ -133,12 +133,14 @@ func TestConfigParse(t *testing.T) {
 				"FEED_LOG_FORMAT":         "json",
 				"FEED_LOG_LEVEL":          "debug",
 				"FEED_CLOCK_SKEW":         "3s",
+				"FEED_INBOX_SLACK":        "35",
 			},
 			check: func(t *testing.T, c Config) {
 				s := c.Service
 				if c.API || c.Workers || s.Lease != 5*time.Second || s.PollInterval != 250*time.Millisecond ||
 					s.TaskSize != 77 || s.BatchSize != 33 || s.Workers != 2 || c.SoftStop != time.Minute ||
-					s.NodeID != 17 || c.LogFormat != "json" || c.LogLevel != "debug" || s.ClockSkew != 3*time.Second {
+					s.NodeID != 17 || c.LogFormat != "json" || c.LogLevel != "debug" || s.ClockSkew != 3*time.Second ||
+					s.InboxSlack != 35 {
 					t.Errorf("environment not applied: %+v", c)
 				}
 			},
