@@ -107,9 +107,11 @@ type headerFloor struct {
 }
 
 // lockFloors locks the existing header rows of users (sorted) and returns
-// their floors. Locking existing rows with FOR UPDATE takes them exclusive
-// at once; only a missing row's gap lock could deadlock with a concurrent
-// creator, which is why the rare missing headers go through ensureHeaders.
+// their floors. FOR UPDATE takes existing rows exclusive at once, with no
+// shared lock to upgrade. For a missing row it locks the gap, and creating
+// the row under that lock can deadlock with a concurrent creator (InnoDB
+// rolls one back, inTx retries); follows create every follower's header,
+// so trims almost never take that path.
 func lockFloors(ctx context.Context, tx *sqlx.Tx, users []uint64) ([]headerFloor, error) {
 	q, args, err := sqlx.In(floorsSQL, users)
 	if err != nil {
