@@ -68,29 +68,25 @@ func (s *Store) MarkRead(ctx context.Context, userID uint64, now, activeSince, i
 	return wrap("mark read", err)
 }
 
-const lockFloorSQL = `SELECT floor_time, floor_id FROM inbox WHERE user_id = ? AND ` + headerKeySQL + ` FOR UPDATE`
-
 const setFloorSQL = `UPDATE inbox SET floor_time = ?, floor_id = ? WHERE user_id = ? AND ` + headerKeySQL
 
 // raiseFloor locks the user's header row and moves the floor up to key if it
 // is below it. Callers take this lock before touching the inbox, so trims
 // and backfills of one user queue on it.
 func raiseFloor(ctx context.Context, tx *sqlx.Tx, userID uint64, key *feed.Key) error {
-	if err := ensureHeaders(ctx, tx, userID); err != nil {
+	// ensureHeaders leaves the row locked: reading the floor is only
+	// needed to compare it with key.
+	if err := ensureHeaders(ctx, tx, userID); err != nil || key == nil {
 		return err
 	}
-	var t sql.NullInt64
-	var id sql.NullInt64
-	if err := tx.QueryRowxContext(ctx, lockFloorSQL, userID).Scan(&t, &id); err != nil {
+	floors, err := lockFloors(ctx, tx, []uint64{userID})
+	if err != nil {
 		return err
 	}
-	if key == nil {
+	if len(floors) == 1 && !floors[0].lowerThan(*key) {
 		return nil
 	}
-	if t.Valid && !(feed.Key{PublishTime: t.Int64, ContentID: uint64(id.Int64)}).Less(*key) {
-		return nil
-	}
-	_, err := tx.ExecContext(ctx, setFloorSQL, key.PublishTime, key.ContentID, userID)
+	_, err = tx.ExecContext(ctx, setFloorSQL, key.PublishTime, key.ContentID, userID)
 	return err
 }
 
@@ -104,6 +100,12 @@ type headerFloor struct {
 	UserID uint64        `db:"user_id"`
 	Time   sql.NullInt64 `db:"floor_time"`
 	ID     sql.NullInt64 `db:"floor_id"`
+}
+
+// lowerThan reports whether the floor is unset or below k, so that raising
+// it to k changes it.
+func (f headerFloor) lowerThan(k feed.Key) bool {
+	return !f.Time.Valid || (feed.Key{PublishTime: f.Time.Int64, ContentID: uint64(f.ID.Int64)}).Less(k)
 }
 
 // lockFloors locks the existing header rows of users (sorted) and returns
@@ -194,7 +196,7 @@ func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int
 				continue
 			}
 			below = append(below, InboxRow{UserID: f.UserID, Post: feed.Post{PublishTime: k.PublishTime, ContentID: k.ContentID}})
-			if !f.Time.Valid || (feed.Key{PublishTime: f.Time.Int64, ContentID: uint64(f.ID.Int64)}).Less(k) {
+			if f.lowerThan(k) {
 				fargs = append(fargs, headerRow(f.UserID, k.PublishTime, k.ContentID)...)
 			}
 		}

@@ -61,7 +61,7 @@ func startStack(st *store.Store, cfg service.Config, log *slog.Logger) (*stack, 
 	s.addr = ln.Addr().String()
 	s.api = client.New("http://"+s.addr, "", hc)
 	log.Info("feedbench: service listening", "addr", s.addr, "workers", cfg.Workers,
-		"task_size", cfg.TaskSize, "batch_size", cfg.BatchSize, "inbox_limit", cfg.InboxLimit)
+		"task_size", cfg.TaskSize, "batch_size", cfg.BatchSize, "inbox_limit", cfg.InboxLimit, "inbox_slack", cfg.InboxSlack)
 	return s, nil
 }
 
