@@ -583,12 +583,8 @@ func TestFanoutSurvivesStops(t *testing.T) {
 	if _, err := h.store.PlanDelivery(ctx, jobs[0], store.PlanOptions{TaskSize: h.cfg.TaskSize}); err != nil {
 		t.Fatal(err)
 	}
-	tasks, err := h.store.ClaimTasks(ctx, home, now, until, 1, 1)
-	if err != nil || len(tasks) != 1 {
-		t.Fatalf("claim task: %v, %v", tasks, err)
-	}
-	if res, err := h.store.RunTaskBatch(ctx, &tasks[0], store.BatchOptions{Size: h.cfg.BatchSize, LeaseUntil: until}); err != nil || res.TaskDone {
-		t.Fatalf("dead worker's batch: %+v, %v", res, err)
+	if task, res, err := h.store.RunNextTask(ctx, home, now, 1, store.BatchOptions{Size: h.cfg.BatchSize, LeaseUntil: until}); err != nil || task == nil || res.TaskDone {
+		t.Fatalf("dead worker's first batch: %+v, %+v, %v", task, res, err)
 	}
 
 	deadline := time.Now().Add(60 * time.Second)

@@ -187,61 +187,68 @@ func modeName(mode int) string {
 	return "push"
 }
 
-// runTasks claims one fan-out sub-task and runs its batches to the end. A
-// stop request ends it between batches; the task is then released and the
-// next claimant resumes from its progress mark.
+// runTasks claims one fan-out sub-task with its first batch and runs its
+// other batches to the end. A stop request ends it between batches; the
+// task is then released and the next claimant resumes from its progress
+// mark.
 func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, error) {
-	now, until := s.lease()
-	tasks, err := s.store.ClaimTasks(work, sh, now, until, 1, rand.Uint64())
-	if err != nil || len(tasks) == 0 {
+	now, _ := s.lease()
+	start := time.Now()
+	t, res, err := s.store.RunNextTask(work, sh, now, rand.Uint64(), s.batchOptions())
+	if err != nil || t == nil {
 		return 0, err
 	}
-	t := &tasks[0]
-	op := "push"
-	if t.Retract {
-		op = "retract"
-	}
 	for {
+		s.batchDone(work, t, res, start)
+		if res.TaskDone {
+			return 1, nil
+		}
 		if ctx.Err() != nil {
 			rctx, cancel := releaseCtx(work)
 			defer cancel()
 			return 1, s.store.ReleaseTask(rctx, t)
 		}
-		start := time.Now()
-		_, until := s.lease()
-		res, err := s.store.RunTaskBatch(work, t, store.BatchOptions{
-			Size:        s.cfg.BatchSize,
-			ActiveAfter: s.now().Add(-s.activeWindow()).UnixMilli(),
-			LeaseUntil:  until,
-		})
-		if res.Users != nil { // the batch committed, even if its finish failed
-			s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
-			if !t.Retract {
-				s.sampleTrims(work, res.Users)
-			}
-			s.metrics.inboxRows.WithLabelValues(op).Add(float64(res.Written))
-		}
-		if errors.Is(err, store.ErrLostClaim) {
-			// A delete turned the task into a removal (or another worker
-			// took it over): give it back and wake the workers to take it
-			// up as it is now.
+		start = time.Now()
+		res, err = s.store.RunTaskBatch(work, t, s.batchOptions())
+		if err != nil {
+			// The batch rolled back (its other-shard writes may have
+			// committed; a replay repeats them harmlessly). Give the task
+			// back so the next claimant resumes at once; after a lost
+			// claim (a delete turned the task into a removal, or another
+			// worker took it over) wake the workers to take it up as it
+			// is now.
 			rctx, cancel := releaseCtx(work)
 			defer cancel()
-			err := s.store.ReleaseTask(rctx, t)
-			s.wake.notify()
+			rerr := s.store.ReleaseTask(rctx, t)
+			if errors.Is(err, store.ErrLostClaim) {
+				s.wake.notify()
+				return 1, rerr
+			}
 			return 1, err
-		} else if err != nil {
-			// The batch rolled back (its other-shard writes may have
-			// committed; a replay repeats them harmlessly).
-			rctx, cancel := releaseCtx(work)
-			_ = s.store.ReleaseTask(rctx, t)
-			cancel()
-			return 1, err
-		}
-		if res.TaskDone {
-			return 1, nil
 		}
 	}
+}
+
+// batchOptions are the options of a batch starting now.
+func (s *Service) batchOptions() store.BatchOptions {
+	_, until := s.lease()
+	return store.BatchOptions{
+		Size:        s.cfg.BatchSize,
+		ActiveAfter: s.now().Add(-s.activeWindow()).UnixMilli(),
+		LeaseUntil:  until,
+	}
+}
+
+// batchDone records a committed batch and samples its inboxes for trims.
+func (s *Service) batchDone(ctx context.Context, t *store.Task, res store.BatchResult, start time.Time) {
+	s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
+	op := "push"
+	if t.Retract {
+		op = "retract"
+	} else {
+		s.sampleTrims(ctx, res.Users)
+	}
+	s.metrics.inboxRows.WithLabelValues(op).Add(float64(res.Written))
 }
 
 // sampleTrims trims each pushed-to inbox with probability 1/TrimEvery, which

@@ -72,7 +72,7 @@ const streamFollowersSQL = `SELECT user_id FROM followers WHERE author_id = ? OR
 
 const insertTasksHead = `INSERT INTO fanout_tasks (content_id, seq, author_id, publish_time, kind, mode, retract, lo, hi, last_user)`
 
-const finishPlanSQL = `UPDATE deliveries SET state = ?, mode = ?, recipients = ?, delivered = ?, claim_token = 0, claimed_until = 0
+const finishPlanSQL = `UPDATE deliveries SET state = ?, mode = ?, recipients = ?, delivered = ?, tasks_left = ?, claim_token = 0, claimed_until = 0
 WHERE content_id = ? AND claim_token = ?`
 
 // taskInsertChunk bounds the rows of one multi-row task insert.
@@ -165,7 +165,7 @@ func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptio
 				}
 			}
 		}
-		_, err = tx.ExecContext(ctx, finishPlanSQL, state, res.Mode, res.Recipients, delivered, job.ContentID, job.Token)
+		_, err = tx.ExecContext(ctx, finishPlanSQL, state, res.Mode, res.Recipients, delivered, res.Tasks, job.ContentID, job.Token)
 		return err
 	})
 	return res, wrap("plan delivery", err)
@@ -197,14 +197,15 @@ var taskClaims = claimTable{
 	ready: "done = 0",
 }
 
-// ClaimTasks leases up to limit unfinished fan-out tasks of the shard.
-func (s *Store) ClaimTasks(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]Task, error) {
-	return claim[Task](ctx, sh.DB, taskClaims, now, leaseUntil, limit, token)
-}
-
 func (j *Task) claimKey() []any { return []any{j.ContentID, j.Seq} }
 
-func (j *Task) setToken(token uint64) { j.Token = token }
+// nextTaskSQL claims a ready task by locking its row in the transaction of
+// its first batch: no other worker can start it meanwhile (they skip the
+// row), and a worker that dies mid-batch frees it with its connection. A
+// task the batch does not finish leaves with a lease (claim_token,
+// claimed_until) for its next batches.
+var nextTaskSQL = "SELECT " + taskClaims.cols + " FROM fanout_tasks WHERE " + taskClaims.ready +
+	" AND claimed_until < ? ORDER BY claimed_until LIMIT 1 FOR UPDATE SKIP LOCKED"
 
 const followersPageSQL = `SELECT user_id FROM followers WHERE author_id = ? AND user_id > ? AND user_id <= ? ORDER BY user_id LIMIT ?`
 
@@ -231,25 +232,22 @@ const lockClaimedTaskSQL = `SELECT seq FROM fanout_tasks
 WHERE content_id = ? AND seq = ? AND claim_token = ? AND retract = ? AND done = 0 FOR UPDATE`
 
 // advanceTaskSQL records a batch's progress on the task row the batch
-// locked (and so still owns).
-const advanceTaskSQL = `UPDATE fanout_tasks SET last_user = ?, delivered = delivered + ?, claimed_until = ?
+// locked (and so owns): the progress mark, the lease for the next batch
+// and, at the task's end, done.
+const advanceTaskSQL = `UPDATE fanout_tasks SET last_user = ?, delivered = delivered + ?, done = ?,
+ claim_token = ?, claimed_until = ?, attempts = attempts + ?
 WHERE content_id = ? AND seq = ?`
 
-// finishTaskSQL marks a task whose followers are all written done, if the
-// caller still owns it in the same mode.
-const finishTaskSQL = `UPDATE fanout_tasks SET done = 1
-WHERE content_id = ? AND seq = ? AND claim_token = ? AND retract = ? AND done = 0`
+// taskFinishedSQL counts a finished task off its delivery. The delivery row
+// is the last lock a batch takes, so the tasks of one post run side by side
+// and queue only for this update and their commit.
+const taskFinishedSQL = `UPDATE deliveries SET tasks_left = tasks_left - 1 WHERE content_id = ?`
 
-// tasksLeftSQL counts a post's unfinished tasks. It runs in a READ
-// COMMITTED transaction that holds the delivery row, so it sees every
-// sibling finished before (they commit before releasing that row) without
-// locking the siblings' rows: a sibling in mid-batch holds its own. (A
-// snapshot read at the start of a batch missed a sibling finished
-// meanwhile, and the delivery stayed running forever.)
-const tasksLeftSQL = `SELECT COUNT(*) FROM fanout_tasks WHERE content_id = ? AND done = 0`
-
+// completeDeliverySQL completes a delivery whose last task just finished.
+// Every other task counted itself off before (under the delivery row's
+// lock, committed), so the sum sees their final counts.
 const completeDeliverySQL = `UPDATE deliveries SET state = 2, delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?)
-WHERE content_id = ?`
+WHERE content_id = ? AND tasks_left = 0`
 
 const dropTasksSQL = `DELETE FROM fanout_tasks WHERE content_id = ?`
 
@@ -265,41 +263,48 @@ type BatchResult struct {
 	Users    []uint64 // followers processed
 	Written  int64    // inbox rows added or removed
 	TaskDone bool
+	mark     uint64 // the progress mark after the batch
 }
 
-// RunTaskBatch processes the next batch of a claimed task: it reads up to
-// opt.Size followers after the progress mark, adds the post to (or, for a
-// retraction, removes it from) their inboxes shard by shard, and advances the
-// mark in the same transaction as the author-shard writes. With one shard that
-// is a single transaction, so a crash at any instant loses and repeats
-// nothing; with several, the other shards' writes commit first and are
-// idempotent, so a replay after a crash writes nothing twice.
-//
-// Before writing any inbox the batch locks the task row and checks the
-// claim: other shards' writes commit before the home transaction, so a
-// stale claimant must stop before them, not at the progress update. The
-// lock also holds a concurrent DeletePost until the batch commits, so the
-// retraction it starts sweeps after these writes.
-//
-// The batch that reaches the task's end then finishes the task in a
-// transaction of its own (see finishTask). A batch never locks the
-// delivery row, so the tasks of one post run side by side.
+// RunNextTask claims a ready fan-out task of the shard and runs its first
+// batch, in one transaction that holds the task row from claim to commit
+// (see nextTaskSQL). It returns nil if no task is ready. A task the batch
+// did not finish is leased to token until opt.LeaseUntil: run its next
+// batches with RunTaskBatch.
+func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uint64, opt BatchOptions) (*Task, BatchResult, error) {
+	var t *Task
+	var res BatchResult
+	err := inTx(ctx, sh.DB, func(tx *sqlx.Tx) error {
+		var ready []Task
+		t, res = nil, BatchResult{}
+		if err := sqlx.SelectContext(ctx, tx, &ready, nextTaskSQL, now); err != nil || len(ready) == 0 {
+			return err
+		}
+		t = &ready[0]
+		t.Token = token
+		var err error
+		res, err = s.runBatch(ctx, tx, sh, t, opt, 1)
+		return err
+	})
+	if err != nil {
+		return nil, BatchResult{}, wrap("run next task", err)
+	}
+	if t != nil {
+		t.LastUser = res.mark
+	}
+	return t, res, nil
+}
+
+// RunTaskBatch runs the next batch of a task leased by RunNextTask. It
+// locks the task row and checks the lease before writing any inbox: other
+// shards' writes commit before the home transaction, so a stale claimant
+// must stop before them, not at the progress update.
 //
 // Returns ErrLostClaim if the lease ended or the post was deleted meanwhile.
-// An error from the finish comes with the result of the batch, which
-// committed.
 func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (BatchResult, error) {
 	var res BatchResult
 	home := s.ShardOf(t.AuthorID)
 	err := inTx(ctx, home.DB, func(tx *sqlx.Tx) error {
-		res = BatchResult{}
-		if err := sqlx.SelectContext(ctx, tx, &res.Users, followersPageSQL, t.AuthorID, t.LastUser, t.Hi, opt.Size); err != nil {
-			return err
-		}
-		// Done when the followers ran out, or the batch reached the task's
-		// last follower (every task but the last ends exactly on one), which
-		// spares a task an empty batch just to find out.
-		res.TaskDone = len(res.Users) < opt.Size || res.Users[len(res.Users)-1] >= t.Hi
 		var seq int
 		err := tx.GetContext(ctx, &seq, lockClaimedTaskSQL, t.ContentID, t.Seq, t.Token, t.Retract)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -307,75 +312,77 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 		} else if err != nil {
 			return err
 		}
-		for sh, users := range s.groupByShard(res.Users) {
-			var n int64
-			var err error
-			if sh == home {
-				n, err = writeInboxes(ctx, tx, t, users, opt.ActiveAfter)
-			} else {
-				err = inTx(ctx, sh.DB, func(otx *sqlx.Tx) error {
-					n, err = writeInboxes(ctx, otx, t, users, opt.ActiveAfter)
-					return err
-				})
-			}
-			if err != nil {
-				return err
-			}
-			res.Written += n
-		}
-		if len(res.Users) == 0 {
-			return nil // nothing to record; the locked row proved the claim
-		}
-		mark := res.Users[len(res.Users)-1]
-		if _, err := tx.ExecContext(ctx, advanceTaskSQL, mark, len(res.Users), opt.LeaseUntil,
-			t.ContentID, t.Seq); err != nil {
-			return err
-		}
-		t.LastUser = mark
-		return nil
+		res, err = s.runBatch(ctx, tx, home, t, opt, 0)
+		return err
 	})
 	if err != nil {
 		return BatchResult{}, wrap("run task batch", err)
 	}
-	if res.TaskDone {
-		// The batch's writes stand even if the finish fails.
-		return res, wrap("finish task", s.finishTask(ctx, home, t))
-	}
+	t.LastUser = res.mark
 	return res, nil
 }
 
-// finishTask marks a task whose followers are all written done and, if it
-// was the post's last, completes the delivery and drops its tasks. It runs
-// after the task's last batch committed, in its own transaction, which locks
-// the delivery row before any task row (the order DeletePost uses): the
-// finishers of one post queue there, while their batches did not. If it
-// fails or the process dies first, the task keeps its progress mark at its
-// end, and the next claimant's batch finds no follower left and finishes it.
-func (s *Store) finishTask(ctx context.Context, home *Shard, t *Task) error {
-	return inTxWith(ctx, home.DB, readCommitted, func(tx *sqlx.Tx) error {
-		var state int
-		if err := tx.GetContext(ctx, &state, lockDeliverySQL, t.ContentID); err != nil {
-			return err
+// runBatch processes the next batch of t, whose row tx holds: it reads up
+// to opt.Size followers after the progress mark, adds the post to (or, for
+// a retraction, removes it from) their inboxes shard by shard, and records
+// the progress in tx, the home shard's transaction. With one shard that is
+// a single transaction, so a crash at any instant loses and repeats
+// nothing; with several, the other shards' writes commit first and are
+// idempotent, so a replay after a crash writes nothing twice. The held task
+// row also keeps a concurrent DeletePost waiting until the batch commits,
+// so the retraction it starts sweeps after these writes.
+//
+// The batch that reaches the task's end finishes it in the same
+// transaction, and completes the delivery if the task was its last.
+// claimed is 1 when tx claimed the task (an attempt to count), else 0.
+func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task, opt BatchOptions, claimed int) (BatchResult, error) {
+	res := BatchResult{mark: t.LastUser}
+	// One follower more than the batch takes tells whether the task ends
+	// here, which spares it an empty batch just to find out.
+	if err := sqlx.SelectContext(ctx, tx, &res.Users, followersPageSQL, t.AuthorID, t.LastUser, t.Hi, opt.Size+1); err != nil {
+		return res, err
+	}
+	res.TaskDone = len(res.Users) <= opt.Size
+	res.Users = res.Users[:min(len(res.Users), opt.Size)]
+	for sh, users := range s.groupByShard(res.Users) {
+		var n int64
+		var err error
+		if sh == home {
+			n, err = writeInboxes(ctx, tx, t, users, opt.ActiveAfter)
+		} else {
+			err = inTx(ctx, sh.DB, func(otx *sqlx.Tx) error {
+				n, err = writeInboxes(ctx, otx, t, users, opt.ActiveAfter)
+				return err
+			})
 		}
-		r, err := tx.ExecContext(ctx, finishTaskSQL, t.ContentID, t.Seq, t.Token, t.Retract)
 		if err != nil {
-			return err
+			return res, err
 		}
-		if n, err := r.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return ErrLostClaim
-		}
-		var left int
-		if err := tx.GetContext(ctx, &left, tasksLeftSQL, t.ContentID); err != nil || left > 0 {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, completeDeliverySQL, t.ContentID, t.ContentID); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, dropTasksSQL, t.ContentID)
-		return err
-	})
+		res.Written += n
+	}
+	if len(res.Users) > 0 {
+		res.mark = res.Users[len(res.Users)-1]
+	}
+	if _, err := tx.ExecContext(ctx, advanceTaskSQL, res.mark, len(res.Users), res.TaskDone, t.Token, opt.LeaseUntil,
+		claimed, t.ContentID, t.Seq); err != nil || !res.TaskDone {
+		return res, err
+	}
+	if _, err := tx.ExecContext(ctx, taskFinishedSQL, t.ContentID); err != nil {
+		return res, err
+	}
+	r, err := tx.ExecContext(ctx, completeDeliverySQL, t.ContentID, t.ContentID)
+	if err != nil {
+		return res, err
+	}
+	if n, err := r.RowsAffected(); err != nil || n == 0 {
+		return res, err
+	}
+	// The post's tasks are done. Dropping them locks the other tasks' rows
+	// after the delivery row, the reverse of DeletePost's order: a delete
+	// racing this last finish deadlocks with it, InnoDB rolls one back,
+	// and its retry sees the other's outcome.
+	_, err = tx.ExecContext(ctx, dropTasksSQL, t.ContentID)
+	return res, err
 }
 
 // writeInboxes adds t's post to (or, for a retraction, removes it from) the

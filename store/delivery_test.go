@@ -385,7 +385,38 @@ func TestRunTaskBatch(t *testing.T) {
 		}
 	})
 
-	t.Run("a task whose last batch committed but did not finish is finished by the next claimant", func(t *testing.T) {
+	t.Run("RunNextTask skips a task held by another batch and leases one it does not finish", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		sh := st.Shards()[0]
+		planPost42(t, st, 1, []uint64{100, 101, 102, 103, 104, 105}, 3)
+		// Another worker's first batch holds task 0.
+		conn, err := sh.DB.Connx(t.Context())
+		must(t, err)
+		defer conn.Close()
+		mustExec(t, conn, "BEGIN")
+		mustExec(t, conn, "SELECT seq FROM fanout_tasks WHERE content_id = 42 AND seq = 0 FOR UPDATE")
+		token := newToken()
+		opt := store.BatchOptions{Size: 2, LeaseUntil: t0 + lease}
+		task, res, err := st.RunNextTask(t.Context(), sh, t0, token, opt)
+		must(t, err)
+		if task == nil || task.Seq != 1 || task.Token != token || task.LastUser != 104 || res.TaskDone || !slices.Equal(res.Users, []uint64{103, 104}) {
+			t.Fatalf("RunNextTask = %+v, %+v; want task 1 leased after its first batch of 103, 104", task, res)
+		}
+		if n := count(t, sh, "SELECT COUNT(*) FROM fanout_tasks WHERE seq = 1 AND claim_token = ? AND claimed_until = ? AND last_user = 104 AND attempts = 1",
+			token, t0+lease); n != 1 {
+			t.Errorf("task 1 not leased with its progress")
+		}
+		if again, _, err := st.RunNextTask(t.Context(), sh, t0, newToken(), opt); err != nil || again != nil {
+			t.Fatalf("RunNextTask with task 0 held and task 1 leased = %+v, %v; want nothing", again, err)
+		}
+		mustExec(t, conn, "ROLLBACK")
+		if next, _, err := st.RunNextTask(t.Context(), sh, t0, newToken(), opt); err != nil || next == nil || next.Seq != 0 {
+			t.Fatalf("RunNextTask once task 0 is free = %+v, %v", next, err)
+		}
+	})
+
+	t.Run("a last batch that cannot finish the task writes nothing", func(t *testing.T) {
 		t.Parallel()
 		st := newStore(t, 1)
 		author := uint64(1)
@@ -394,9 +425,9 @@ func TestRunTaskBatch(t *testing.T) {
 		sh := st.ShardOf(author)
 		tasks, err := st.ClaimTasks(t.Context(), sh, t0, t0+1000, 1, newToken())
 		must(t, err)
-		// The last batch's transaction commits; its finish fails (here: the
-		// delivery row is locked elsewhere until the context ends), as if
-		// the worker died between the two.
+		// The batch writes the inboxes, then cannot count the task off its
+		// delivery (the row is locked elsewhere until the context ends),
+		// as if the worker died there: the writes roll back with it.
 		tx, err := sh.DB.BeginTxx(t.Context(), nil)
 		must(t, err)
 		mustExec(t, tx, "SELECT state FROM deliveries WHERE content_id = 42 FOR UPDATE")
@@ -407,10 +438,13 @@ func TestRunTaskBatch(t *testing.T) {
 		if err == nil {
 			t.Fatal("the finish went through a locked delivery row")
 		}
-		if d, err := st.GetDelivery(t.Context(), author, 42); err != nil || d.State != feed.DeliveryRunning || d.Delivered != 3 {
+		if d, err := st.GetDelivery(t.Context(), author, 42); err != nil || d.State != feed.DeliveryRunning || d.Delivered != 0 {
 			t.Fatalf("delivery after the crash = %+v, %v", d, err)
 		}
-		// After the lease, the next claimant finds no follower left and finishes.
+		if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id = 42"); n != 1 {
+			t.Errorf("%d inbox rows after the crash, want the author's own", n)
+		}
+		// After the lease, the next claimant redoes the batch and finishes.
 		if n := runAllTasks(t, st, t0+2000, store.BatchOptions{Size: 10}); n != 1 {
 			t.Errorf("%d batches to finish, want 1", n)
 		}
@@ -577,7 +611,7 @@ func TestRunTaskBatch(t *testing.T) {
 		}
 		slices.SortFunc(tasks, func(a, b store.Task) int { return a.Seq - b.Seq })
 		// Hold the delivery row so that both final batches begin (and take
-		// their read views) before either commits.
+		// their read views) before either counts itself off.
 		conn, err := sh.DB.Connx(t.Context())
 		must(t, err)
 		defer conn.Close()
@@ -590,7 +624,7 @@ func TestRunTaskBatch(t *testing.T) {
 				errs <- err
 			}()
 		}
-		waitBlocked(t, sh, "SELECT state FROM deliveries WHERE content_id = 42 FOR UPDATE", 2)
+		waitBlocked(t, sh, "UPDATE deliveries SET tasks_left = tasks_left - 1", 2)
 		mustExec(t, conn, "COMMIT")
 		must(t, errors.Join(<-errs, <-errs))
 		d, err := st.GetDelivery(t.Context(), 1, 42)

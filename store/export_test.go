@@ -1,5 +1,7 @@
 package store
 
+import "context"
+
 // The SQL the EXPLAIN test (package store_test) checks. Exported here, in a
 // test file, so the test can use storetest, which imports this package.
 const (
@@ -23,3 +25,12 @@ func ClaimUpdateSQL(table string, n int) string {
 	}
 	panic("no claim table " + table)
 }
+
+// ClaimTasks leases up to limit unfinished fan-out tasks of the shard to
+// token without running a batch, as RunNextTask leaves a task its first
+// batch did not finish: tests drive such tasks batch by batch.
+func (s *Store) ClaimTasks(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]Task, error) {
+	return claim[Task](ctx, sh.DB, taskClaims, now, leaseUntil, limit, token)
+}
+
+func (j *Task) setToken(token uint64) { j.Token = token }

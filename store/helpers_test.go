@@ -216,8 +216,9 @@ func plan(t *testing.T, st *store.Store, author uint64, now int64, opt store.Pla
 	return out
 }
 
-// runAllTasks claims every claimable task of every shard at now and runs
-// each to its end. It returns the batches run.
+// runAllTasks runs every ready task of every shard at now to its end, as a
+// worker does: RunNextTask claims a task with its first batch, RunTaskBatch
+// runs the rest. It returns the batches run.
 func runAllTasks(t *testing.T, st *store.Store, now int64, opt store.BatchOptions) int {
 	t.Helper()
 	if opt.LeaseUntil == 0 {
@@ -226,20 +227,16 @@ func runAllTasks(t *testing.T, st *store.Store, now int64, opt store.BatchOption
 	batches := 0
 	for _, sh := range st.Shards() {
 		for {
-			tasks, err := st.ClaimTasks(t.Context(), sh, now, now+lease, 10, newToken())
+			task, res, err := st.RunNextTask(t.Context(), sh, now, newToken(), opt)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(tasks) == 0 {
+			if task == nil {
 				break
 			}
-			for i := range tasks {
-				for done := false; !done; batches++ {
-					res, err := st.RunTaskBatch(t.Context(), &tasks[i], opt)
-					if err != nil {
-						t.Fatalf("task %d/%d: %v", tasks[i].ContentID, tasks[i].Seq, err)
-					}
-					done = res.TaskDone
+			for batches++; !res.TaskDone; batches++ {
+				if res, err = st.RunTaskBatch(t.Context(), task, opt); err != nil {
+					t.Fatalf("task %d/%d: %v", task.ContentID, task.Seq, err)
 				}
 			}
 		}

@@ -116,7 +116,13 @@ const lockDeliverySQL = `SELECT state FROM deliveries WHERE content_id = ? FOR U
 // A done delivery has no tasks left: it goes back to planning, as a retraction.
 const replanRetractSQL = `UPDATE deliveries SET retract = 1, state = 0, claim_token = 0, claimed_until = 0 WHERE content_id = ?`
 
-const markRetractSQL = `UPDATE deliveries SET retract = 1 WHERE content_id = ?`
+// A running delivery restarts every task: its count of tasks left is reset.
+const markRetractSQL = `UPDATE deliveries SET retract = 1, tasks_left = ? WHERE content_id = ?`
+
+// lockTasksSQL takes a post's task rows before its delivery row, the order
+// of the batches, which hold their task row while they finish into the
+// delivery row.
+const lockTasksSQL = `SELECT seq FROM fanout_tasks WHERE content_id = ? FOR UPDATE`
 
 // Running tasks restart their whole range as removals; a worker still
 // pushing fails the claim check of its next batch and stops. Finished tasks keep
@@ -146,20 +152,23 @@ func (s *Store) DeletePost(ctx context.Context, authorID, contentID uint64) erro
 				return err
 			}
 		}
+		var tasks []int
+		if err := tx.SelectContext(ctx, &tasks, lockTasksSQL, contentID); err != nil {
+			return err
+		}
 		var state int
 		if err := tx.GetContext(ctx, &state, lockDeliverySQL, contentID); err != nil {
 			return err
 		}
-		stmts := []string{markRetractSQL, retractTasksSQL}
 		if state == deliveryDone {
-			stmts = []string{replanRetractSQL}
+			_, err := tx.ExecContext(ctx, replanRetractSQL, contentID)
+			return err
 		}
-		for _, q := range stmts {
-			if _, err := tx.ExecContext(ctx, q, contentID); err != nil {
-				return err
-			}
+		if _, err := tx.ExecContext(ctx, markRetractSQL, len(tasks), contentID); err != nil {
+			return err
 		}
-		return nil
+		_, err = tx.ExecContext(ctx, retractTasksSQL, contentID)
+		return err
 	})
 	return wrap("delete post", err)
 }

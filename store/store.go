@@ -152,19 +152,10 @@ func (s *Store) Ping(ctx context.Context) error {
 // timeouts a few times: InnoDB resolves them by rolling one side back, and
 // every write here is safe to replay.
 func inTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
-	return inTxWith(ctx, db, nil, fn)
-}
-
-// readCommitted runs a transaction whose plain reads see the latest
-// committed rows instead of a snapshot, without locking them.
-var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
-
-// inTxWith is inTx with transaction options (nil: the server's defaults).
-func inTxWith(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
 	const attempts = 4
 	var err error
 	for i := range attempts {
-		if err = runTx(ctx, db, opts, fn); err == nil || !retryable(err) {
+		if err = runTx(ctx, db, fn); err == nil || !retryable(err) {
 			break
 		}
 		select {
@@ -176,8 +167,8 @@ func inTxWith(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions, fn func(tx 
 	return err
 }
 
-func runTx(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
-	tx, err := db.BeginTxx(ctx, opts)
+func runTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	tx, err := db.BeginTxx(ctx, nil)
 	if err != nil {
 		return classify(err)
 	}
