@@ -2,8 +2,10 @@
 -- finishes a task decrements it in the batch's own transaction, and the one
 -- that takes it to zero completes the delivery: a task finishes without a
 -- transaction of its own and without reading its siblings' rows. Running
--- deliveries get their count from their tasks; apply this with the workers
--- of older versions stopped, since they finish tasks without decrementing.
+-- deliveries get their count from their tasks; apply this with every process
+-- of older versions stopped (workers finish tasks and API servers restart
+-- them on delete, without touching the count). The ALTER commits on its
+-- own: if the UPDATE fails, drop the column before running this again.
 -- +goose Up
 ALTER TABLE deliveries ADD COLUMN tasks_left INT NOT NULL DEFAULT 0;
 

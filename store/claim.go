@@ -10,10 +10,11 @@ import (
 // A claimable table leases rows to one worker at a time with claim_token and
 // claimed_until, like river's JobGetAvailable: SELECT … FOR UPDATE SKIP LOCKED
 // finds candidates without waiting, then a guarded UPDATE takes them and its
-// RowsAffected is what counts. SKIP LOCKED is only an optimisation: TiDB
-// ignores it silently, and the guard still keeps a row to one worker. A row
-// whose lease passed is claimable again, which is how a dead worker's rows
-// are rescued.
+// RowsAffected is what counts. Here SKIP LOCKED is only an optimisation:
+// TiDB ignores it silently, and the guard still keeps a row to one worker. A
+// row whose lease passed is claimable again, which is how a dead worker's
+// rows are rescued. (Fan-out tasks are claimed differently, by their first
+// batch: see nextTaskSQL.)
 type claimTable struct {
 	table string // constant table name
 	cols  string // columns to return
@@ -32,7 +33,7 @@ func keyIn(key []string, rows int) string {
 // claimUpdateSQL takes rows candidates by primary key. FORCE INDEX keeps the
 // optimizer off the claim index: a range of it is every ready row, and the
 // UPDATE would lock them all, serialising claimers and deadlocking them with
-// workers finishing or releasing their rows.
+// workers updating or releasing their rows.
 func claimUpdateSQL(t claimTable, rows int) string {
 	return "UPDATE " + t.table + " FORCE INDEX (PRIMARY) SET claim_token = ?, claimed_until = ?, attempts = attempts + 1 WHERE " +
 		t.ready + " AND claimed_until < ? AND " + keyIn(t.key, rows)

@@ -244,8 +244,10 @@ WHERE content_id = ? AND seq = ?`
 const taskFinishedSQL = `UPDATE deliveries SET tasks_left = tasks_left - 1 WHERE content_id = ?`
 
 // completeDeliverySQL completes a delivery whose last task just finished.
-// Every other task counted itself off before (under the delivery row's
-// lock, committed), so the sum sees their final counts.
+// Every other task counted itself off before, under the delivery row's lock
+// and committed. The subquery of an UPDATE is a locking read under
+// REPEATABLE READ (shared locks, latest committed rows, not the snapshot),
+// so the sum sees their final counts.
 const completeDeliverySQL = `UPDATE deliveries SET state = 2, delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?)
 WHERE content_id = ? AND tasks_left = 0`
 
@@ -377,10 +379,10 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 	if n, err := r.RowsAffected(); err != nil || n == 0 {
 		return res, err
 	}
-	// The post's tasks are done. Dropping them locks the other tasks' rows
-	// after the delivery row, the reverse of DeletePost's order: a delete
-	// racing this last finish deadlocks with it, InnoDB rolls one back,
-	// and its retry sees the other's outcome.
+	// The post's tasks are done; drop them. The sum above and this drop
+	// lock the other tasks' rows after the delivery row, the reverse of
+	// DeletePost's order: a delete racing this last finish deadlocks with
+	// it, InnoDB rolls one back, and its retry sees the other's outcome.
 	_, err = tx.ExecContext(ctx, dropTasksSQL, t.ContentID)
 	return res, err
 }

@@ -367,7 +367,10 @@ func TestRunTaskBatch(t *testing.T) {
 			held <- err
 		}()
 		waitBlocked(t, sh, "INSERT IGNORE INTO inbox", 1)
-		// The other task's last batch, and so its finish, go through.
+		// The other task's last batch commits meanwhile, its finish included:
+		// the held batch has not reached the delivery row. (On MariaDB 11.6+
+		// with innodb_snapshot_isolation the held batch's finish then meets
+		// error 1020 and its transaction is retried.)
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		r, err := st.RunTaskBatch(ctx, &tasks[1], opt)
@@ -438,6 +441,10 @@ func TestRunTaskBatch(t *testing.T) {
 		if err == nil {
 			t.Fatal("the finish went through a locked delivery row")
 		}
+		// The driver gave up on the connection; the server rolls the batch
+		// back when it notices, and until then its session holds the task
+		// row, which a next claimant would skip.
+		waitNoTransactions(t, sh)
 		if d, err := st.GetDelivery(t.Context(), author, 42); err != nil || d.State != feed.DeliveryRunning || d.Delivered != 0 {
 			t.Fatalf("delivery after the crash = %+v, %v", d, err)
 		}
@@ -539,31 +546,24 @@ func TestRunTaskBatch(t *testing.T) {
 							_, err = st.PlanDelivery(ctx, j, store.PlanOptions{TaskSize: 100})
 						}
 					}
-					tasks, err2 := st.ClaimTasks(ctx, home, now, now+lease, 1, newToken())
-					if err = errors.Join(err, err2); err != nil {
+					// As the service's fan-out loop does: the first batch
+					// claims a task, later ones run under its lease.
+					opt := store.BatchOptions{Size: 25, LeaseUntil: now + lease}
+					task, r, err2 := st.RunNextTask(ctx, home, now, newToken(), opt)
+					if err = errors.Join(err, err2); err == nil && task != nil {
+						startOnce.Do(func() { close(started) })
+						for err == nil && !r.TaskDone {
+							if r, err = st.RunTaskBatch(ctx, task, opt); errors.Is(err, store.ErrLostClaim) {
+								err = st.ReleaseTask(ctx, task)
+								break
+							}
+						}
+					}
+					if err != nil {
 						if ctx.Err() == nil {
 							errs[w] = err
 						}
 						return
-					}
-					for i := range tasks {
-						for {
-							r, err := st.RunTaskBatch(ctx, &tasks[i], store.BatchOptions{Size: 25, LeaseUntil: now + lease})
-							lost := errors.Is(err, store.ErrLostClaim)
-							if lost {
-								err = st.ReleaseTask(ctx, &tasks[i])
-							}
-							if err != nil {
-								if ctx.Err() == nil {
-									errs[w] = err
-								}
-								return
-							}
-							startOnce.Do(func() { close(started) })
-							if lost || r.TaskDone {
-								break
-							}
-						}
 					}
 				}
 			}()
@@ -594,6 +594,49 @@ func TestRunTaskBatch(t *testing.T) {
 		must(t, errors.Join(errs...))
 		if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id = 42"); n != 0 {
 			t.Errorf("%d inboxes hold the deleted post at rest", n)
+		}
+	})
+
+	// A batch reads one follower more than it takes to know whether it ends
+	// its task: a task of exactly one batch needs no second, empty one.
+	t.Run("batches per task at the lookahead's edges", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			name      string
+			followers int
+			gone      bool // followers rows removed after planning
+			batches   int
+		}{
+			{"no follower left", 3, true, 1},
+			{"batch size", 3, false, 1},
+			{"batch size + 1", 4, false, 2},
+			{"twice batch size", 6, false, 2},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				t.Parallel()
+				st := newStore(t, 1)
+				var users []uint64
+				for i := range uint64(c.followers) {
+					users = append(users, 100+i)
+				}
+				planPost42(t, st, 1, users, 1000)
+				if c.gone {
+					mustExec(t, st.ShardOf(1).DB, "DELETE FROM followers WHERE author_id = 1")
+				}
+				if got := runAllTasks(t, st, t0, store.BatchOptions{Size: 3}); got != c.batches {
+					t.Errorf("%d batches, want %d", got, c.batches)
+				}
+				want := int64(c.followers)
+				if c.gone {
+					want = 0
+				}
+				if d, err := st.GetDelivery(t.Context(), 1, 42); err != nil || d.State != feed.DeliveryDone || d.Delivered != want {
+					t.Errorf("delivery = %+v, %v; want done, %d delivered", d, err, want)
+				}
+				if n := countAll(t, st, "SELECT COUNT(*) FROM inbox WHERE content_id = 42 AND user_id <> 1"); n != int(want) {
+					t.Errorf("%d follower inboxes hold the post, want %d", n, want)
+				}
+			})
 		}
 	})
 
@@ -753,6 +796,21 @@ func planPost42(t *testing.T, st *store.Store, author uint64, users []uint64, ta
 	followMany(t, st, author, users)
 	publish(t, st, author, 42, t0)
 	plan(t, st, author, t0, store.PlanOptions{TaskSize: taskSize})
+}
+
+// waitNoTransactions waits until no other session on sh's database has a
+// transaction open.
+func waitNoTransactions(t *testing.T, sh *store.Shard) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for count(t, sh, `SELECT COUNT(*) FROM information_schema.innodb_trx x
+JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
+WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()`) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("transactions still open after 30s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // waitBlocked waits until n sessions on sh's database are running a

@@ -219,6 +219,18 @@ func TestExplainRangeScans(t *testing.T) {
 		}
 	})
 
+	// A worker looking for its next task locks what it reads until its
+	// first batch commits: it must read only ready rows, from the claim
+	// index, in claimed_until order.
+	t.Run("next task", func(t *testing.T) {
+		t.Parallel()
+		for _, r := range explain(t, sh, store.NextTaskSQL, t0+1) {
+			if r["key"] != "idx_fanout_tasks_claim" || r["type"] != "range" || strings.Contains(strings.ToLower(r["extra"]), "filesort") {
+				t.Errorf("plan of next task: %v; want a range of idx_fanout_tasks_claim, no filesort", r)
+			}
+		}
+	})
+
 	t.Run("trim rank lookup", func(t *testing.T) {
 		t.Parallel()
 		// No keyset bound: a ref (or range) read of the key prefix, in order.

@@ -195,6 +195,10 @@ func TestDeletePost(t *testing.T) {
 				t.Errorf("task %+v, want a retraction restarted at lo", r)
 			}
 		}
+		// Both tasks count again, the finished one included.
+		if n := count(t, st.Shards()[0], "SELECT tasks_left FROM deliveries WHERE content_id = 100"); n != 2 {
+			t.Errorf("tasks_left = %d, want 2", n)
+		}
 		// The worker still pushing task 1 loses its claim and writes nothing.
 		_, err = st.RunTaskBatch(t.Context(), &tasks[1], store.BatchOptions{Size: 2, LeaseUntil: t0 + lease})
 		if !errors.Is(err, store.ErrLostClaim) {

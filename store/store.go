@@ -148,9 +148,9 @@ func (s *Store) Ping(ctx context.Context) error {
 	return nil
 }
 
-// inTx runs fn in a transaction on db, retrying deadlocks and lock wait
-// timeouts a few times: InnoDB resolves them by rolling one side back, and
-// every write here is safe to replay.
+// inTx runs fn in a transaction on db, retrying deadlocks, lock wait
+// timeouts and snapshot conflicts a few times: InnoDB resolves them by
+// rolling one side back, and every write here is safe to replay.
 func inTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 	const attempts = 4
 	var err error
@@ -181,6 +181,7 @@ func runTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 
 // MySQL error numbers the store acts on.
 const (
+	errCheckRead       = 1020 // MariaDB 11.6+ innodb_snapshot_isolation: a row changed after the snapshot
 	errDupEntry        = 1062
 	errLockWaitTimeout = 1205
 	errDeadlock        = 1213
@@ -194,9 +195,17 @@ func mysqlErrno(err error) uint16 {
 	return 0
 }
 
+// retryable says whether a whole transaction may run again after err. A
+// batch's last finish updates the delivery row its snapshot predates when a
+// sibling task finished meanwhile: MySQL and older MariaDB read the latest
+// row, MariaDB 11.6+ under innodb_snapshot_isolation (its default from 11.8)
+// refuses with errCheckRead, and a retry takes a fresh snapshot.
 func retryable(err error) bool {
-	n := mysqlErrno(err)
-	return n == errDeadlock || n == errLockWaitTimeout
+	switch mysqlErrno(err) {
+	case errDeadlock, errLockWaitTimeout, errCheckRead:
+		return true
+	}
+	return false
 }
 
 // classify turns connection failures into EUNAVAILABLE so clients get a 503

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"database/sql"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
@@ -143,5 +144,24 @@ func TestBacklog(t *testing.T) {
 	plan(t, st, a0, t0, store.PlanOptions{TaskSize: 2})
 	if b := backlog(); b.Deliveries != 0 || b.Tasks != 0 {
 		t.Errorf("after delivering: %+v", b)
+	}
+}
+
+func TestRetryable(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{&mysql.MySQLError{Number: 1213}, true},                                   // deadlock
+		{&mysql.MySQLError{Number: 1205}, true},                                   // lock wait timeout
+		{&mysql.MySQLError{Number: 1020}, true},                                   // MariaDB 11.6+ snapshot conflict
+		{fmt.Errorf("run task batch: %w", &mysql.MySQLError{Number: 1020}), true}, // wrapped
+		{&mysql.MySQLError{Number: 1062}, false},                                  // duplicate key
+		{sql.ErrNoRows, false},
+	} {
+		if got := store.Retryable(c.err); got != c.want {
+			t.Errorf("Retryable(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
