@@ -621,8 +621,9 @@ func TestDelivery(t *testing.T) {
 			return err == nil && b.Idle()
 		})
 
-		// Hold the follow edge so the fan-out's write into the follower's
-		// inbox waits: the delivery is planned and running meanwhile.
+		// Hold the follow edge's entry in idx_following_author, which the
+		// fan-out's write into the follower's inbox reads with a shared lock,
+		// so that write waits: the delivery is planned and running meanwhile.
 		ctx := context.Background()
 		tx, err := v.st.ShardOf(fan).DB.BeginTxx(ctx, nil)
 		if err != nil {
@@ -630,7 +631,7 @@ func TestDelivery(t *testing.T) {
 		}
 		defer tx.Rollback()
 		var n int
-		if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM following WHERE user_id = ? AND author_id = ? FOR UPDATE`, fan, author); err != nil || n != 1 {
+		if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM following FORCE INDEX (idx_following_author) WHERE author_id = ? AND user_id = ? FOR UPDATE`, author, fan); err != nil || n != 1 {
 			t.Fatalf("lock the follow edge: n=%d, %v", n, err)
 		}
 		p := v.publish(t, author, `{}`, http.StatusCreated)

@@ -103,9 +103,9 @@ const inboxPageSQL = `SELECT content_id, author_id, publish_time, kind FROM inbo
 WHERE user_id = ? AND ` + keysetOlder + ` ORDER BY publish_time DESC, content_id DESC LIMIT ?`
 
 // headerProbeSQL is inboxPageSQL widened to one more key above every post,
-// (maxTime, maxID), where a per-user header row could keep what a page now
-// reads from user_state and following: the shape of a one-block feed page,
-// measured to price that design (docs/BENCHMARKS.md). No row has that key.
+// (maxTime, maxID), where the user's header row lives: the shape of the
+// service's one-block feed page without its header columns, pull reads or
+// merge, measured to price the shape alone (docs/BENCHMARKS.md).
 const headerProbeSQL = `SELECT content_id, author_id, publish_time, kind FROM inbox
 WHERE user_id = ? AND (` + keysetOlder + ` OR (publish_time = ? AND content_id = ?))
 ORDER BY publish_time DESC, content_id DESC LIMIT ?`

@@ -754,6 +754,39 @@ func TestRunTaskBatch(t *testing.T) {
 		}
 	})
 
+	// The push's shared locks are on idx_following_author entries, which an
+	// unfollow's edge delete must lock too: an unfollow under way (here by
+	// hand, in the store's order: the edge, then the purge) holds the push
+	// until it commits, and the push then finds the edge gone.
+	t.Run("an unfollow under way holds the push until its purge commits", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		sh := st.Shards()[0]
+		author, gone, stays := uint64(1), uint64(100), uint64(101)
+		planPost42(t, st, author, []uint64{gone, stays}, 1000)
+		tx, err := sh.DB.BeginTxx(t.Context(), nil)
+		must(t, err)
+		defer tx.Rollback()
+		_, err = tx.ExecContext(t.Context(), "DELETE FROM following WHERE user_id = ? AND author_id = ?", gone, author)
+		must(t, err)
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := st.RunNextTask(context.Background(), sh, t0, 7, store.BatchOptions{Size: 1000, LeaseUntil: t0 + lease})
+			done <- err
+		}()
+		waitBlocked(t, sh, "INSERT IGNORE INTO inbox", 1)
+		_, err = tx.ExecContext(t.Context(), "DELETE FROM inbox WHERE user_id = ? AND author_id = ?", gone, author)
+		must(t, err)
+		must(t, tx.Commit())
+		must(t, <-done)
+		if slices.Contains(inbox(t, st, gone), 42) {
+			t.Error("the post landed after the unfollow's purge")
+		}
+		if !slices.Contains(inbox(t, st, stays), 42) {
+			t.Error("the remaining follower did not get the post")
+		}
+	})
+
 	t.Run("retraction removes the post from every inbox", func(t *testing.T) {
 		t.Parallel()
 		st := newStore(t, 2)

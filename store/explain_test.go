@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/feedhq/feed/store"
 )
 
@@ -188,6 +190,42 @@ func TestExplainRangeScans(t *testing.T) {
 	t.Run("fan-out followers page", func(t *testing.T) {
 		t.Parallel()
 		rangeScan(t, explain(t, sh, store.FollowersPageSQL, 2, 300, uint64(1<<64-1), 300), "followers")
+	})
+
+	// A push checks its recipients' follow edges in the author's run of
+	// idx_following_author, reading the index alone: the locks it takes
+	// fall on a few pages however the users spread over the primary key.
+	t.Run("fan-out push", func(t *testing.T) {
+		t.Parallel()
+		users := []uint64{3, 7, 8, 12, 40}
+		for _, c := range []struct {
+			q    string
+			args []any
+		}{
+			{store.PushSQL, []any{t0, 99, 705, "post", 705, users}},
+			{store.PushActiveSQL, []any{t0, 99, 705, "post", 705, users, t0 - 1}},
+		} {
+			q, args, err := sqlx.In(c.q, c.args...)
+			must(t, err)
+			plan := explain(t, sh, q, args...)
+			seen := false
+			for _, r := range plan {
+				switch r["table"] {
+				case "f":
+					seen = true
+					if r["key"] != "idx_following_author" || r["type"] != "range" || !strings.Contains(strings.ToLower(r["extra"]), "using index") {
+						t.Errorf("plan of following: %v; want a range of idx_following_author, using the index alone", r)
+					}
+				case "u":
+					if r["key"] != "PRIMARY" || r["type"] != "eq_ref" {
+						t.Errorf("plan of the header join: %v; want eq_ref of PRIMARY", r)
+					}
+				}
+			}
+			if !seen {
+				t.Errorf("no plan row for following in %v", plan)
+			}
+		}
 	})
 
 	t.Run("list following", func(t *testing.T) {

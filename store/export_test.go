@@ -11,6 +11,8 @@ const (
 	ListPostsSQL     = listPostsSQL
 	PullPartSQL      = pullPartSQL
 	FollowersPageSQL = followersPageSQL
+	PushSQL          = pushSQL
+	PushActiveSQL    = pushActiveSQL
 	ListFollowingSQL = listFollowingSQL
 	TrimBoundarySQL  = trimBoundaryPartSQL
 	TrimPartSQL      = trimPartSQL
