@@ -1,7 +1,7 @@
--- idx_following_author lets a fan-out batch check its recipients' follow
--- edges with one range read, author_id = ? AND user_id in the batch's span of
--- the follower space, instead of a point lookup per listed user: the list of
--- ids leaves the statement and the reads follow the index in order. ALTER
+-- idx_following_author keeps one author's follow edges together in user
+-- order. A fan-out batch checks its recipients' edges through it
+-- (author_id = ? AND user_id IN (…)), so its lookups and shared locks fall on
+-- a few index pages instead of one primary-key page per recipient. ALTER
 -- TABLE … ADD KEY runs online (in place, no table lock) on MySQL and MariaDB.
 -- +goose Up
 ALTER TABLE following ADD KEY idx_following_author (author_id, user_id);
