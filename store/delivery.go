@@ -209,6 +209,15 @@ var nextTaskSQL = "SELECT " + taskClaims.cols + " FROM fanout_tasks WHERE " + ta
 
 const followersPageSQL = `SELECT user_id FROM followers WHERE author_id = ? AND user_id > ? AND user_id <= ? ORDER BY user_id LIMIT ?`
 
+// batchFollowersSQL is followersPageSQL as a locking read, the one read of a
+// batch that would otherwise be a consistent one. Locking, it opens no
+// snapshot, so the batch's transaction never has one: the delivery row it
+// updates last is read as committed, where a snapshot from before a sibling
+// task finished would make MariaDB with innodb_snapshot_isolation refuse the
+// update (error 1020) and rerun the batch. It also holds a follow or unfollow
+// of the author inside the batch's range until the batch commits.
+const batchFollowersSQL = followersPageSQL + " LOCK IN SHARE MODE"
+
 // pushSQL writes the post into the inboxes of the listed users that follow
 // its author at this instant. INSERT … SELECT takes shared locks on the
 // following entries it reads (REPEATABLE READ), so it serialises with an
@@ -345,7 +354,7 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 	res := BatchResult{mark: t.LastUser}
 	// One follower more than the batch takes tells whether the task ends
 	// here, which spares it an empty batch just to find out.
-	if err := sqlx.SelectContext(ctx, tx, &res.Users, followersPageSQL, t.AuthorID, t.LastUser, t.Hi, opt.Size+1); err != nil {
+	if err := sqlx.SelectContext(ctx, tx, &res.Users, batchFollowersSQL, t.AuthorID, t.LastUser, t.Hi, opt.Size+1); err != nil {
 		return res, err
 	}
 	res.TaskDone = len(res.Users) <= opt.Size

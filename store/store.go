@@ -181,7 +181,7 @@ func runTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 
 // MySQL error numbers the store acts on.
 const (
-	errCheckRead       = 1020 // MariaDB 11.6+ innodb_snapshot_isolation: a row changed after the snapshot
+	errCheckRead       = 1020 // MariaDB innodb_snapshot_isolation: a locked row changed after the snapshot
 	errDupEntry        = 1062
 	errLockWaitTimeout = 1205
 	errDeadlock        = 1213
@@ -195,11 +195,12 @@ func mysqlErrno(err error) uint16 {
 	return 0
 }
 
-// retryable says whether a whole transaction may run again after err. A
-// batch's last finish updates the delivery row its snapshot predates when a
-// sibling task finished meanwhile: MySQL and older MariaDB read the latest
-// row, MariaDB 11.6+ under innodb_snapshot_isolation (its default from 11.8)
-// refuses with errCheckRead, and a retry takes a fresh snapshot.
+// retryable says whether a whole transaction may run again after err.
+// MariaDB under innodb_snapshot_isolation (a setting since 10.6.18, 10.11.8
+// and 11.4.2, on by default from 11.6.2) refuses a locking read of a row
+// changed after the transaction's snapshot with errCheckRead, where MySQL
+// reads the latest row; a retry takes a fresh snapshot. Fan-out batches open
+// no snapshot (batchFollowersSQL), so this is for the other transactions.
 func retryable(err error) bool {
 	switch mysqlErrno(err) {
 	case errDeadlock, errLockWaitTimeout, errCheckRead:

@@ -155,7 +155,7 @@ func TestRetryable(t *testing.T) {
 	}{
 		{&mysql.MySQLError{Number: 1213}, true},                                   // deadlock
 		{&mysql.MySQLError{Number: 1205}, true},                                   // lock wait timeout
-		{&mysql.MySQLError{Number: 1020}, true},                                   // MariaDB 11.6+ snapshot conflict
+		{&mysql.MySQLError{Number: 1020}, true},                                   // MariaDB snapshot-isolation conflict
 		{fmt.Errorf("run task batch: %w", &mysql.MySQLError{Number: 1020}), true}, // wrapped
 		{&mysql.MySQLError{Number: 1062}, false},                                  // duplicate key
 		{sql.ErrNoRows, false},

@@ -135,6 +135,9 @@ type Options struct {
 	Shards int
 	// MaxOpenConns per shard; 0 means 8.
 	MaxOpenConns int
+	// Vars are server variables every connection sets (go-sql-driver sends
+	// DSN parameters it does not know as SET name=value).
+	Vars map[string]string
 }
 
 // NewStore returns a migrated store on fresh databases, closed when the test ends.
@@ -164,7 +167,17 @@ func NewShardMap(t testing.TB, opt Options) *store.ShardMap {
 	per := store.DefaultVirtualShards / n
 	for i := range n {
 		name := fmt.Sprintf("db%d", i)
-		m.Databases[name] = store.DatabaseConfig{DSN: DatabaseDSN(t), MaxOpenConns: conns}
+		cfg, err := mysql.ParseDSN(DatabaseDSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range opt.Vars {
+			if cfg.Params == nil {
+				cfg.Params = map[string]string{}
+			}
+			cfg.Params[k] = v
+		}
+		m.Databases[name] = store.DatabaseConfig{DSN: cfg.FormatDSN(), MaxOpenConns: conns}
 		last := (i+1)*per - 1
 		if i == n-1 {
 			last = store.DefaultVirtualShards - 1
