@@ -880,15 +880,10 @@ func planPost42(t *testing.T, st *store.Store, author uint64, users []uint64, ta
 // transaction open.
 func waitNoTransactions(t *testing.T, sh *store.Shard) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for count(t, sh, `SELECT COUNT(*) FROM information_schema.innodb_trx x
+	waitCount(t, sh, "other sessions with a transaction open", func(n int) bool { return n == 0 },
+		`SELECT COUNT(*) FROM information_schema.innodb_trx x
 JOIN information_schema.processlist p ON p.id = x.trx_mysql_thread_id
-WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()`) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("transactions still open after 30s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()`)
 }
 
 // waitBlocked waits until n sessions on sh's database are running a
@@ -896,15 +891,23 @@ WHERE p.db = DATABASE() AND p.id <> CONNECTION_ID()`) > 0 {
 // they are blocked on it.
 func waitBlocked(t *testing.T, sh *store.Shard, stmt string, n int) {
 	t.Helper()
+	waitCount(t, sh, fmt.Sprintf("sessions running %q (want %d)", stmt, n), func(got int) bool { return got >= n },
+		`SELECT COUNT(*) FROM information_schema.processlist
+WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' AND info LIKE CONCAT(?, '%')`, stmt)
+}
+
+// waitCount polls the count q returns on sh until ok accepts it, failing
+// the test after 30s.
+func waitCount(t *testing.T, sh *store.Shard, what string, ok func(n int) bool, q string, args ...any) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		running := count(t, sh, `SELECT COUNT(*) FROM information_schema.processlist
-WHERE db = DATABASE() AND id <> CONNECTION_ID() AND command = 'Query' AND info LIKE CONCAT(?, '%')`, stmt)
-		if running >= n {
+		n := count(t, sh, q, args...)
+		if ok(n) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d sessions run %q after 30s, want %d", running, stmt, n)
+			t.Fatalf("%s: %d after 30s", what, n)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
