@@ -213,13 +213,15 @@ func skipShort(t *testing.T) {
 func crashFull() bool { return os.Getenv("FEED_CRASH_FULL") == "1" }
 
 // killPoint picks the next kill: a random instant 50–700 ms after the
-// start, or earlier once progress reaches a random target between done and
-// total, so that on a fast server kills still land inside the work.
+// start, or earlier once progress reaches a random target in the first half
+// of the work left, so that on a fast server kills still land inside the
+// work. A target near the end would let the work finish between a progress
+// poll and the kill, on a loaded machine, leaving no work for later kills.
 func killPoint(rng *rand.Rand, done, total int64) (time.Duration, int64) {
 	delay := 50*time.Millisecond + time.Duration(rng.Int64N(int64(650*time.Millisecond)))
 	target := total
-	if total-done > 1 {
-		target = done + 1 + rng.Int64N(total-done-1)
+	if left := total - done; left > 1 {
+		target = done + 1 + rng.Int64N(left/2)
 	}
 	return delay, target
 }
