@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/go-sql-driver/mysql"
@@ -69,12 +70,14 @@ func (sh *Shard) DeleteInboxBelow(ctx context.Context, bounds []InboxRow) (int64
 	return n, wrap("delete inbox rows", err)
 }
 
-// DeleteInboxEntries removes one post from the listed users' inboxes on sh
-// with the statement retractions use, and returns how many entries went: a
-// benchmark undoes the rows of a writer that does not trim with it.
-func (sh *Shard) DeleteInboxEntries(ctx context.Context, p feed.Post, users []uint64) (int64, error) {
-	n, err := writeInboxes(ctx, sh.DB, &Task{Retract: true, PublishTime: p.PublishTime, ContentID: p.ContentID}, users, 0)
-	return n, wrap("delete inbox entries", err)
+// RetractFromFollowers removes one post from the inboxes of its author's
+// followers on sh with the statement retractions use, and returns how many
+// entries went: a benchmark undoes the rows of a writer that does not trim
+// with it.
+func (sh *Shard) RetractFromFollowers(ctx context.Context, p feed.Post) (int64, error) {
+	t := &Task{Retract: true, AuthorID: p.AuthorID, PublishTime: p.PublishTime, ContentID: p.ContentID}
+	n, err := writeInboxes(ctx, sh.DB, t, math.MaxUint64, 0)
+	return n, wrap("retract from followers", err)
 }
 
 // LoadInbox bulk-loads inbox rows, routed to their users' shards: for

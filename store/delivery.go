@@ -218,15 +218,28 @@ const followersPageSQL = `SELECT user_id FROM followers WHERE author_id = ? AND 
 // of the author inside the batch's range until the batch commits.
 const batchFollowersSQL = followersPageSQL + " LOCK IN SHARE MODE"
 
-// pushSQL writes the post into the inboxes of the listed users that follow
-// its author at this instant. INSERT … SELECT takes shared locks on the
-// following entries it reads (REPEATABLE READ), so it serialises with an
-// unfollow's delete-and-purge: a post never lands after the purge. It reads
-// idx_following_author, where the author's edges lie together in user order,
-// so a batch's lookups and locks fall on a few index pages instead of one
-// page of the primary key per listed user.
+// A batch covers a range of user ids, (after, through]: from the task's
+// progress mark to the last follower it lists, or to the task's end when it
+// finishes the task, so a delivery's batches cover every user id once. Its
+// writes read the author's follow edges in that range, on the users' shards,
+// instead of listing the users: one range of idx_following_author, where the
+// author's edges lie together in user order, read from the index alone. The
+// followers list on the author's shard only cuts the ranges, counts them and
+// names their shards.
+//
+// Reading the edges is also the follow check. Under REPEATABLE READ the
+// statements take shared next-key locks on the entries they read, and an
+// unfollow, which deletes the edge and purges the author's posts in one
+// transaction, must lock the same entry to delete it: the two serialise, and
+// a post never lands after the purge.
+
+// pushSQL writes the post into the inboxes of the users who follow its
+// author in the batch's range. That includes a follow whose event has not
+// reached the followers list yet; its backfill would copy the post too, and
+// INSERT IGNORE keeps one copy.
 const pushSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
-SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author) WHERE f.author_id = ? AND f.user_id IN (?)`
+SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author)
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ?`
 
 // pushActiveSQL is pushSQL restricted to users who read their feed at or
 // after a cutoff (as their header rows say): selective push for authors
@@ -235,9 +248,14 @@ SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author)
 const pushActiveSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
 SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN inbox u
  ON u.user_id = f.user_id AND u.publish_time = 9223372036854775807 AND u.content_id = 18446744073709551615
-WHERE f.author_id = ? AND f.user_id IN (?) AND u.last_read_at >= ?`
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND u.last_read_at >= ?`
 
-const retractSQL = `DELETE FROM inbox WHERE user_id IN (?) AND publish_time = ? AND content_id = ?`
+// retractSQL removes the post from the inboxes of the users who follow its
+// author in the batch's range: every inbox that can hold it, since an
+// unfollow purges the author's posts and pushes reach only live edges.
+const retractSQL = `DELETE i FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN inbox i
+ ON i.user_id = f.user_id AND i.publish_time = ? AND i.content_id = ?
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ?`
 
 // lockClaimedTaskSQL holds the task row for the batch if the caller still
 // owns it in the same mode.
@@ -339,8 +357,9 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 
 // runBatch processes the next batch of t, whose row tx holds: it reads up
 // to opt.Size followers after the progress mark, adds the post to (or, for
-// a retraction, removes it from) their inboxes shard by shard, and records
-// the progress in tx, the home shard's transaction. With one shard that is
+// a retraction, removes it from) the inboxes of the author's followers in
+// the range they span, shard by shard, and records the progress in tx, the
+// home shard's transaction. With one shard that is
 // a single transaction, so a crash at any instant loses and repeats
 // nothing; with several, the other shards' writes commit first and are
 // idempotent, so a replay after a crash writes nothing twice. The held task
@@ -359,14 +378,21 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 	}
 	res.TaskDone = len(res.Users) <= opt.Size
 	res.Users = res.Users[:min(len(res.Users), opt.Size)]
-	for sh, users := range s.groupByShard(res.Users) {
+	if len(res.Users) > 0 {
+		res.mark = res.Users[len(res.Users)-1]
+	}
+	through := res.mark
+	if res.TaskDone {
+		through = t.Hi
+	}
+	for _, sh := range s.batchShards(t, res.Users) {
 		var n int64
 		var err error
 		if sh == home {
-			n, err = writeInboxes(ctx, tx, t, users, opt.ActiveAfter)
+			n, err = writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
 		} else {
 			err = inTx(ctx, sh.DB, func(otx *sqlx.Tx) error {
-				n, err = writeInboxes(ctx, otx, t, users, opt.ActiveAfter)
+				n, err = writeInboxes(ctx, otx, t, through, opt.ActiveAfter)
 				return err
 			})
 		}
@@ -374,9 +400,6 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 			return res, err
 		}
 		res.Written += n
-	}
-	if len(res.Users) > 0 {
-		res.mark = res.Users[len(res.Users)-1]
 	}
 	if _, err := tx.ExecContext(ctx, advanceTaskSQL, res.mark, len(res.Users), res.TaskDone, t.Token, opt.LeaseUntil,
 		claimed, t.ContentID, t.Seq); err != nil || !res.TaskDone {
@@ -400,25 +423,38 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 	return res, err
 }
 
+// batchShards returns the shards a batch of t writes on: for a push, those
+// of the followers it lists (a follower not listed yet gets the post from
+// its follow backfill); for a retraction every shard, since a push may have
+// reached a follower not listed yet.
+func (s *Store) batchShards(t *Task, users []uint64) []*Shard {
+	if t.Retract {
+		return s.shards
+	}
+	byShard := s.groupByShard(users)
+	out := make([]*Shard, 0, len(byShard))
+	for _, sh := range s.shards {
+		if _, ok := byShard[sh]; ok {
+			out = append(out, sh)
+		}
+	}
+	return out
+}
+
 // writeInboxes adds t's post to (or, for a retraction, removes it from) the
-// listed users' inboxes with one statement on ex, and returns the entries
-// changed.
-func writeInboxes(ctx context.Context, ex sqlx.ExtContext, t *Task, users []uint64, activeAfter int64) (int64, error) {
-	var q string
-	var args []any
+// inboxes of ex's shard whose users follow t's author in (t.LastUser,
+// through], with one statement, and returns the entries changed.
+func writeInboxes(ctx context.Context, ex sqlx.ExecerContext, t *Task, through uint64, activeAfter int64) (int64, error) {
+	var r sql.Result
 	var err error
 	switch {
 	case t.Retract:
-		q, args, err = sqlx.In(retractSQL, users, t.PublishTime, t.ContentID)
+		r, err = ex.ExecContext(ctx, retractSQL, t.PublishTime, t.ContentID, t.AuthorID, t.LastUser, through)
 	case t.Mode == ModePushActive:
-		q, args, err = sqlx.In(pushActiveSQL, t.PublishTime, t.ContentID, t.AuthorID, t.Kind, t.AuthorID, users, activeAfter)
+		r, err = ex.ExecContext(ctx, pushActiveSQL, t.PublishTime, t.ContentID, t.AuthorID, t.Kind, t.AuthorID, t.LastUser, through, activeAfter)
 	default:
-		q, args, err = sqlx.In(pushSQL, t.PublishTime, t.ContentID, t.AuthorID, t.Kind, t.AuthorID, users)
+		r, err = ex.ExecContext(ctx, pushSQL, t.PublishTime, t.ContentID, t.AuthorID, t.Kind, t.AuthorID, t.LastUser, through)
 	}
-	if err != nil {
-		return 0, err
-	}
-	r, err := ex.ExecContext(ctx, q, args...)
 	if err != nil {
 		return 0, err
 	}

@@ -13,6 +13,7 @@ const (
 	FollowersPageSQL = followersPageSQL
 	PushSQL          = pushSQL
 	PushActiveSQL    = pushActiveSQL
+	RetractSQL       = retractSQL
 	ListFollowingSQL = listFollowingSQL
 	TrimBoundarySQL  = trimBoundaryPartSQL
 	TrimPartSQL      = trimPartSQL

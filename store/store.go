@@ -121,7 +121,14 @@ func (s *Store) ShardOf(id uint64) *Shard {
 }
 
 // groupByShard splits ids by the shard that owns them, keeping their order.
+// With one shard it hashes nothing.
 func (s *Store) groupByShard(ids []uint64) map[*Shard][]uint64 {
+	if len(s.shards) == 1 {
+		if len(ids) == 0 {
+			return map[*Shard][]uint64{}
+		}
+		return map[*Shard][]uint64{s.shards[0]: ids}
+	}
 	out := map[*Shard][]uint64{}
 	for _, id := range ids {
 		sh := s.ShardOf(id)

@@ -239,7 +239,7 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 // inboxes as it found them, and the next writer's trims do not cut its rows.
 func (b *bench) undo(ctx context.Context, followers [][]uint64, posts []feed.Post) error {
 	for a, p := range posts {
-		n, err := b.sh.DeleteInboxEntries(ctx, p, followers[a])
+		n, err := b.sh.RetractFromFollowers(ctx, p)
 		if err != nil {
 			return err
 		}

@@ -99,7 +99,7 @@ func (b *bench) latencyScenario(ctx context.Context, sc latencyScenario) (res la
 		}
 		res.Mode = d.Mode
 		if sc.undo {
-			if err := b.undo(ctx, [][]uint64{sc.followers}, []feed.Post{{ContentID: parseID(p.ContentID), PublishTime: p.PublishTime}}); err != nil {
+			if err := b.undo(ctx, [][]uint64{sc.followers}, []feed.Post{{ContentID: parseID(p.ContentID), AuthorID: sc.author, PublishTime: p.PublishTime}}); err != nil {
 				return res, err
 			}
 			if err := b.quiesce(ctx); err != nil {
