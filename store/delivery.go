@@ -269,18 +269,22 @@ const advanceTaskSQL = `UPDATE fanout_tasks SET last_user = ?, delivered = deliv
  claim_token = ?, claimed_until = ?, attempts = attempts + ?
 WHERE content_id = ? AND seq = ?`
 
-// taskFinishedSQL counts a finished task off its delivery. The delivery row
-// is the last lock a batch takes, so the tasks of one post run side by side
-// and queue only for this update and their commit.
-const taskFinishedSQL = `UPDATE deliveries SET tasks_left = tasks_left - 1 WHERE content_id = ?`
+// taskFinishedSQL counts a finished task off its delivery unless it is the
+// post's last one, which completeDeliverySQL counts off instead: a finishing
+// batch that leaves siblings running needs this one statement (no match
+// means the task was the last). The delivery row is the last lock a batch
+// takes, so the tasks of one post run side by side and queue only for this
+// update and their commit.
+const taskFinishedSQL = `UPDATE deliveries SET tasks_left = tasks_left - 1 WHERE content_id = ? AND tasks_left > 1`
 
-// completeDeliverySQL completes a delivery whose last task just finished.
+// completeDeliverySQL counts the last task off and completes the delivery.
 // Every other task counted itself off before, under the delivery row's lock
 // and committed. The subquery of an UPDATE is a locking read under
 // REPEATABLE READ (shared locks, latest committed rows, not the snapshot),
 // so the sum sees their final counts.
-const completeDeliverySQL = `UPDATE deliveries SET state = 2, delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?)
-WHERE content_id = ? AND tasks_left = 0`
+const completeDeliverySQL = `UPDATE deliveries SET tasks_left = 0, state = 2,
+ delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?)
+WHERE content_id = ? AND tasks_left = 1`
 
 const dropTasksSQL = `DELETE FROM fanout_tasks WHERE content_id = ?`
 
@@ -405,21 +409,17 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 		claimed, t.ContentID, t.Seq); err != nil || !res.TaskDone {
 		return res, err
 	}
-	if _, err := tx.ExecContext(ctx, taskFinishedSQL, t.ContentID); err != nil {
-		return res, err
+	if counted, err := affected(tx.ExecContext(ctx, taskFinishedSQL, t.ContentID)); err != nil || counted {
+		return res, err // siblings still run
 	}
-	r, err := tx.ExecContext(ctx, completeDeliverySQL, t.ContentID, t.ContentID)
-	if err != nil {
-		return res, err
-	}
-	if n, err := r.RowsAffected(); err != nil || n == 0 {
+	if done, err := affected(tx.ExecContext(ctx, completeDeliverySQL, t.ContentID, t.ContentID)); err != nil || !done {
 		return res, err
 	}
 	// The post's tasks are done; drop them. The sum above and this drop
 	// lock the other tasks' rows after the delivery row, the reverse of
 	// DeletePost's order: a delete racing this last finish deadlocks with
 	// it, InnoDB rolls one back, and its retry sees the other's outcome.
-	_, err = tx.ExecContext(ctx, dropTasksSQL, t.ContentID)
+	_, err := tx.ExecContext(ctx, dropTasksSQL, t.ContentID)
 	return res, err
 }
 

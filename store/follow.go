@@ -94,11 +94,7 @@ func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64
 		if err := tx.SelectContext(ctx, &locked, lockHeaderSQL, userID); err != nil {
 			return err
 		}
-		r, err := tx.ExecContext(ctx, deleteFollowingSQL, userID, authorID)
-		if err != nil {
-			return err
-		}
-		if n, err := r.RowsAffected(); err != nil || n == 0 {
+		if deleted, err := affected(tx.ExecContext(ctx, deleteFollowingSQL, userID, authorID)); err != nil || !deleted {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, purgeAuthorSQL, userID, authorID); err != nil {
@@ -107,7 +103,7 @@ func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64
 		if _, err := tx.ExecContext(ctx, recountPullsSQL, userID, userID); err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, queueFollowEventSQL, userID, authorID, now)
+		_, err := tx.ExecContext(ctx, queueFollowEventSQL, userID, authorID, now)
 		return err
 	})
 	return wrap("unfollow", err)
@@ -234,14 +230,10 @@ func (s *Store) AddFollower(ctx context.Context, f feed.Follow, pushThreshold in
 // RemoveFollower drops the edge from the author's shard and the count.
 func (s *Store) RemoveFollower(ctx context.Context, authorID, userID uint64) error {
 	err := inTx(ctx, s.ShardOf(authorID).DB, func(tx *sqlx.Tx) error {
-		r, err := tx.ExecContext(ctx, deleteFollowerSQL, authorID, userID)
-		if err != nil {
+		if deleted, err := affected(tx.ExecContext(ctx, deleteFollowerSQL, authorID, userID)); err != nil || !deleted {
 			return err
 		}
-		if n, err := r.RowsAffected(); err != nil || n == 0 {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, countAuthorSQL, authorID, -1)
+		_, err := tx.ExecContext(ctx, countAuthorSQL, authorID, -1)
 		return err
 	})
 	return wrap("remove follower", err)

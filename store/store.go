@@ -137,6 +137,16 @@ func (s *Store) groupByShard(ids []uint64) map[*Shard][]uint64 {
 	return out
 }
 
+// affected takes what ExecContext returns and reports whether the statement
+// changed a row: for writes whose WHERE clause is the decision.
+func affected(r sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	n, err := r.RowsAffected()
+	return n > 0, err
+}
+
 // Ping checks that every shard answers and carries the whole schema.
 //
 // Returns EUNAVAILABLE naming the first shard that fails.
