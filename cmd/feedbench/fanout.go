@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -51,7 +50,7 @@ func (b *bench) fanout(ctx context.Context) error {
 			return err
 		}},
 		{"ceiling", func() error {
-			posts, err := b.ceilingRound(ctx, &res.Ceiling, followers, cfg.BatchSize, false)
+			posts, err := b.ceilingRound(ctx, &res.Ceiling, followers, cfg.BatchSize, 0)
 			if err != nil {
 				return err
 			}
@@ -68,7 +67,7 @@ func (b *bench) fanout(ctx context.Context) error {
 		}
 		res.NoTrimRun = true
 		steps = append(steps, step{"ceiling with retention", func() error {
-			_, err := b.ceilingRound(ctx, &res.CeilingRetain, followers, cfg.BatchSize, true)
+			_, err := b.ceilingRound(ctx, &res.CeilingRetain, followers, cfg.BatchSize, res.TrimEvery)
 			return err
 		}})
 		steps = slices.Insert(steps, 1, step{"fan-out without trims", func() error {
@@ -158,15 +157,15 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 }
 
 // ceilingRound writes one synthetic post per author into the same
-// followers' inboxes with raw multi-row INSERT IGNORE statements. With
-// retain, range DELETEs of the statement trims use are spread among the
-// INSERTs, each cutting 64 users' inboxes by as many of their oldest
-// entries as the round writes to them (the cuts are looked up before the
-// clock starts), so the inboxes keep their size as retention keeps them.
+// followers' inboxes with raw multi-row INSERT IGNORE statements. With a
+// cut size, range DELETEs of the statement trims use are spread among the
+// INSERTs, cutting as many entries as the round writes, cut entries of one
+// user's oldest at a time (see retentionCuts; the cuts are looked up before
+// the clock starts), so the inboxes keep their size as retention keeps them.
 // Unlike trims, the cuts leave the floors where they were: the inboxes stop
 // being complete down to them, which no later phase reads that deep to see.
 // Returns the synthetic posts, by author.
-func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, batch int, retain bool) ([]feed.Post, error) {
+func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, batch, cut int) ([]feed.Post, error) {
 	now := time.Now().UnixMilli()
 	var inserts [][]store.InboxRow
 	posts := make([]feed.Post, len(followers))
@@ -187,9 +186,9 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 		delete bool
 	}
 	var cuts [][]store.InboxRow
-	if retain {
+	if cut > 0 {
 		var err error
-		if cuts, err = b.retentionCuts(ctx, inserts); err != nil {
+		if cuts, err = b.retentionCuts(ctx, inserts, cut); err != nil {
 			return nil, err
 		}
 	}
@@ -233,7 +232,7 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 	}
 	w.Time += time.Since(start)
 	w.addCPU(cpu0)
-	if retain && deleted.Load() != written.Load() {
+	if cut > 0 && deleted.Load() != written.Load() {
 		return nil, fmt.Errorf("retention ceiling deleted %d rows for %d written", deleted.Load(), written.Load())
 	}
 	w.Rows += written.Load()
@@ -307,31 +306,51 @@ func (b *bench) overshoot(ctx context.Context, every int) (int64, error) {
 	return b.sh.InsertInboxRows(ctx, rows)
 }
 
-// retentionCuts returns, in statements of 64 users, where to cut each
-// user's inbox so that it loses as many entries as the inserts add to it:
-// the user's entry that many places from the oldest (the entries below it
-// go).
-func (b *bench) retentionCuts(ctx context.Context, inserts [][]store.InboxRow) ([][]store.InboxRow, error) {
-	need := map[uint64]int{}
+// retentionCuts returns, in statements of 64 users, where to cut inboxes so
+// that they lose as many entries as the inserts add: cut of one user's
+// oldest entries at a time (the last cut takes what is left, a smaller
+// inbox all but its newest entry), the users
+// drawn at random from the inserts' recipients, each once. A sampled trim
+// cuts about the slack from one inbox, which costs the server much less per
+// entry than cutting every inbox by the few entries a round adds to it.
+func (b *bench) retentionCuts(ctx context.Context, inserts [][]store.InboxRow, cut int) ([][]store.InboxRow, error) {
+	left := 0
+	seen := map[uint64]bool{}
+	var users []uint64
 	for _, rows := range inserts {
+		left += len(rows)
 		for _, r := range rows {
-			need[r.UserID]++
+			if !seen[r.UserID] {
+				seen[r.UserID] = true
+				users = append(users, r.UserID)
+			}
 		}
 	}
-	users := slices.Sorted(maps.Keys(need))
+	b.rng.Shuffle(len(users), func(i, j int) { users[i], users[j] = users[j], users[i] })
 	var cuts [][]store.InboxRow
-	for lo := 0; lo < len(users); lo += 64 {
-		var stmt []store.InboxRow
-		for _, u := range users[lo:min(lo+64, len(users))] {
-			rows, err := b.sh.OldestInboxEntries(ctx, u, need[u]+1)
-			if err != nil {
-				return nil, err
-			}
-			if len(rows) <= need[u] {
-				return nil, fmt.Errorf("user %d has %d inbox entries, the retention ceiling cuts %d", u, len(rows), need[u])
-			}
-			stmt = append(stmt, rows[need[u]])
+	var stmt []store.InboxRow
+	for _, u := range users {
+		if left == 0 {
+			break
 		}
+		rows, err := b.sh.OldestInboxEntries(ctx, u, min(cut, left)+1)
+		if err != nil {
+			return nil, err
+		}
+		if len(rows) < 2 {
+			continue
+		}
+		n := len(rows) - 1 // a small inbox (a quick run's) keeps one entry
+		stmt = append(stmt, rows[n])
+		left -= n
+		if len(stmt) == 64 {
+			cuts, stmt = append(cuts, stmt), nil
+		}
+	}
+	if left > 0 {
+		return nil, fmt.Errorf("the retention ceiling found too few users to cut %d more entries", left)
+	}
+	if len(stmt) > 0 {
 		cuts = append(cuts, stmt)
 	}
 	return cuts, nil

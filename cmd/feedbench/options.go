@@ -66,7 +66,7 @@ func defaultOptions() options {
 		InboxRows:       300,
 		FanoutAuthors:   20,
 		FanoutFollowers: 5000,
-		Rounds:          4,
+		Rounds:          8,
 		Workers:         service.WorkersDefault,
 		InboxSlack:      service.InboxSlackDefault,
 		FollowersSmall:  1000,
