@@ -81,8 +81,9 @@ const taskInsertChunk = 500
 // PlanDelivery splits a claimed delivery into tasks of opt.TaskSize
 // followers each, in user_id order, in one transaction on the author's shard.
 // A pull-mode post (or one with no followers) needs no task and is done at
-// once, unless it is a retraction: that always sweeps every follower, since a
-// follow backfill may have copied the post anywhere.
+// once, unless it is a retraction: that always sweeps the whole user range,
+// since a follow backfill, or a push to a follow not listed yet, may have
+// copied the post anywhere.
 //
 // Returns ErrLostClaim if the job's lease was taken over.
 func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptions) (PlanResult, error) {
@@ -131,7 +132,9 @@ func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptio
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		needsTasks := res.Recipients > 0 && (d.Retract || res.Mode != ModePull)
+		// A retraction sweeps every user range even with nobody listed: a
+		// push may have reached a follow its list did not hold yet.
+		needsTasks := d.Retract || (res.Recipients > 0 && res.Mode != ModePull)
 		state, delivered := deliveryRunning, int64(0)
 		if !needsTasks {
 			state = deliveryDone

@@ -862,6 +862,32 @@ func TestRunTaskBatch(t *testing.T) {
 		}
 	})
 
+	// A retraction sweeps every shard over the whole user range, even when
+	// the followers list names nobody (on that shard, or at all): a push may
+	// have reached a follower not listed yet while someone listed there.
+	t.Run("a retraction sweeps shards its followers list no longer names", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 2)
+		author := idOn(st, 0, 1)
+		listed, pending := idsOn(st, 1, 100, 1)[0], idsOn(st, 1, 5000, 1)[0]
+		follow(t, st, listed, author)
+		if _, err := st.Follow(t.Context(), pending, author, maxFollowing, t0); err != nil {
+			t.Fatal(err)
+		}
+		publish(t, st, author, 42, t0)
+		deliver(t, st, author, t0)
+		if !slices.Contains(inbox(t, st, pending), 42) {
+			t.Fatal("the pending follower did not get the post")
+		}
+		must(t, st.Unfollow(t.Context(), listed, author, t0))
+		must(t, st.RemoveFollower(t.Context(), author, listed))
+		must(t, st.DeletePost(t.Context(), author, 42))
+		deliver(t, st, author, t0+1)
+		if slices.Contains(inbox(t, st, pending), 42) {
+			t.Error("the deleted post is still in the pending follower's inbox")
+		}
+	})
+
 	t.Run("retraction removes the post from every inbox", func(t *testing.T) {
 		t.Parallel()
 		st := newStore(t, 2)
