@@ -17,8 +17,10 @@ const (
 	userBase  = 1_000_000 // loaded user i is userBase + i*userStep
 	userStep  = 16
 	extraBase = userBase + userStep/2 // phase B's big audiences: extraBase + k*userStep
+	roomBase  = userBase + userStep/4 // phase A's inboxes with room: roomBase + k*userStep
 
 	fanoutAuthorBase  = 10      // phase A authors
+	roomAuthorBase    = 55      // phase A authors of the inboxes with room
 	pullAuthorBase    = 100     // phase C pull authors
 	latencyAuthorBase = 500     // phase B authors
 	inboxAuthorBase   = 200_000 // authors of the synthetic loaded rows
@@ -46,9 +48,10 @@ func loadedUser(i int) uint64 { return userBase + uint64(i)*userStep }
 
 func extraUser(k int) uint64 { return extraBase + uint64(k)*userStep }
 
-// load fills opt.Users inboxes with opt.InboxRows rows each, in publish-time
-// order (slot by slot over all users), the order fan-out writes them in: the
-// table gets the fill factor of a live inbox, not of a sorted bulk load.
+func roomUser(k int) uint64 { return roomBase + uint64(k)*userStep }
+
+// load fills opt.Users inboxes with opt.InboxRows rows each (see
+// loadInboxes) and records how fast.
 func (b *bench) load(ctx context.Context) error {
 	start := time.Now()
 	n := b.opt.Users
@@ -58,15 +61,32 @@ func (b *bench) load(ctx context.Context) error {
 	}
 	d.t1 = start.Add(-time.Hour).UnixMilli()
 	d.t0 = d.t1 - loadSpan.Milliseconds()
-	slot := (d.t1 - d.t0) / int64(b.opt.InboxRows)
 	b.data = d
-	// Every loaded user has a header row, as a live user has from the first
-	// follow on, with a floor as trimming leaves one (here: below every
-	// loaded row, none of which is missing); its rows arrive below it.
-	if err := b.st.ImportActivity(ctx, d.users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
+	loaded, err := b.loadInboxes(ctx, d.users, b.opt.InboxRows)
+	if err != nil {
 		return err
 	}
-	b.log.Info("feedbench: loading inboxes", "users", n, "rows_per_user", b.opt.InboxRows, "rows", n*b.opt.InboxRows)
+	el := time.Since(start)
+	b.rep.Load = loadResult{Rows: loaded, Elapsed: el}
+	b.log.Info("feedbench: loaded inboxes", "rows", loaded, "seconds", el.Seconds(), "rows_per_second", int(float64(loaded)/el.Seconds()))
+	return nil
+}
+
+// loadInboxes fills the users' inboxes with perUser rows each over the
+// loaded time span, in publish-time order (slot by slot over all users), the
+// order fan-out writes them in: the table gets the fill factor of a live
+// inbox, not of a sorted bulk load. Returns the rows inserted.
+func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (int64, error) {
+	d := b.data
+	slot := (d.t1 - d.t0) / int64(perUser)
+	// Every user has a header row, as a live user has from the first follow
+	// on, with a floor as trimming leaves one (here: below every loaded
+	// row, none of which is missing); its rows arrive below it.
+	if err := b.st.ImportActivity(ctx, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
+		return 0, err
+	}
+	n := len(users)
+	b.log.Info("feedbench: loading inboxes", "users", n, "rows_per_user", perUser, "rows", n*perUser)
 
 	batches := make(chan []store.InboxRow, 4)
 	gctx, cancel := context.WithCancel(ctx)
@@ -74,13 +94,13 @@ func (b *bench) load(ctx context.Context) error {
 	var g group
 	g.Go(func() error {
 		defer close(batches)
-		for r := range b.opt.InboxRows {
+		for r := range perUser {
 			for lo := 0; lo < n; lo += 1000 {
 				rows := make([]store.InboxRow, 0, 1000)
 				for i := lo; i < min(lo+1000, n); i++ {
 					// Slot r holds inboxAuthors posts; user i gets one of them.
 					a := (i + 7*r) % inboxAuthors
-					rows = append(rows, store.InboxRow{UserID: d.users[i], Post: feed.Post{
+					rows = append(rows, store.InboxRow{UserID: users[i], Post: feed.Post{
 						ContentID:   loadedContentBase + uint64(r)*inboxAuthors + uint64(a),
 						AuthorID:    inboxAuthorBase + uint64(a),
 						PublishTime: d.t0 + int64(r)*slot + int64(a)*slot/inboxAuthors,
@@ -93,8 +113,8 @@ func (b *bench) load(ctx context.Context) error {
 					return gctx.Err()
 				}
 			}
-			if step := max(1, b.opt.InboxRows/5); (r+1)%step == 0 {
-				b.log.Info("feedbench: loading inboxes", "slots_done", r+1, "of", b.opt.InboxRows)
+			if step := max(1, perUser/5); (r+1)%step == 0 {
+				b.log.Info("feedbench: loading inboxes", "slots_done", r+1, "of", perUser)
 			}
 		}
 		return nil
@@ -117,13 +137,7 @@ func (b *bench) load(ctx context.Context) error {
 			return nil
 		})
 	}
-	if err := g.Wait(); err != nil {
-		return err
-	}
-	el := time.Since(start)
-	b.rep.Load = loadResult{Rows: loaded, Elapsed: el}
-	b.log.Info("feedbench: loaded inboxes", "rows", loaded, "seconds", el.Seconds(), "rows_per_second", int(float64(loaded)/el.Seconds()))
-	return nil
+	return loaded, g.Wait()
 }
 
 // footprint measures phase D: disk bytes per inbox row.

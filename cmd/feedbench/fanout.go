@@ -25,18 +25,25 @@ import (
 // retention ever to trim runs the same posts, to price the trims.
 func (b *bench) fanout(ctx context.Context) error {
 	o := b.opt
-	followedAt := time.Now().Add(-loadSpan).UnixMilli()
-	followers := make([][]uint64, o.FanoutAuthors)
-	for a := range o.FanoutAuthors {
-		followers[a] = b.sample(b.data.users, o.FanoutFollowers)
-		if err := b.st.ImportFollowers(ctx, fanoutAuthorBase+uint64(a), followers[a], followedAt, false); err != nil {
-			return err
-		}
-	}
 	cfg := b.stack.svc.Config()
 	res := fanoutResult{Authors: o.FanoutAuthors, Followers: o.FanoutFollowers, Rounds: o.Rounds, Workers: cfg.Workers,
-		Batch: cfg.BatchSize, InboxLimit: cfg.InboxLimit, InboxSlack: cfg.InboxSlack, TrimEvery: cfg.TrimEvery()}
-	var err error
+		Batch: cfg.BatchSize, InboxLimit: cfg.InboxLimit, InboxSlack: cfg.InboxSlack, TrimEvery: cfg.TrimEvery(),
+		RoomRows: max(1, o.InboxRows/2)}
+	room := make([]uint64, o.Users)
+	for i := range room {
+		room[i] = roomUser(i)
+	}
+	if _, err := b.loadInboxes(ctx, room, res.RoomRows); err != nil {
+		return err
+	}
+	followers, err := b.fanoutFollowers(ctx, fanoutAuthorBase, b.data.users)
+	if err != nil {
+		return err
+	}
+	roomFollowers, err := b.fanoutFollowers(ctx, roomAuthorBase, room)
+	if err != nil {
+		return err
+	}
 	if res.Overshoot, err = b.overshoot(ctx, res.TrimEvery); err != nil {
 		return err
 	}
@@ -46,15 +53,31 @@ func (b *bench) fanout(ctx context.Context) error {
 	}
 	steps := []step{
 		{"fan-out", func() error {
-			_, err := b.fanoutRound(ctx, b.stack.svc, b.stack.reg, &res.Fanout)
+			_, err := b.fanoutRound(ctx, b.stack.svc, b.stack.reg, &res.Fanout, fanoutAuthorBase)
 			return err
 		}},
 		{"ceiling", func() error {
-			posts, err := b.ceilingRound(ctx, &res.Ceiling, followers, cfg.BatchSize, 0)
+			posts, err := b.ceilingRound(ctx, &res.Ceiling, followers, fanoutAuthorBase, cfg.BatchSize, 0)
 			if err != nil {
 				return err
 			}
 			return b.undo(ctx, followers, posts)
+		}},
+		// The inboxes with room keep their size: both writers' rows go
+		// once their clocks stop.
+		{"fan-out into inboxes with room", func() error {
+			posts, err := b.fanoutRound(ctx, b.stack.svc, b.stack.reg, &res.Room, roomAuthorBase)
+			if err != nil {
+				return err
+			}
+			return b.undo(ctx, roomFollowers, posts)
+		}},
+		{"ceiling into inboxes with room", func() error {
+			posts, err := b.ceilingRound(ctx, &res.RoomCeiling, roomFollowers, roomAuthorBase, cfg.BatchSize, 0)
+			if err != nil {
+				return err
+			}
+			return b.undo(ctx, roomFollowers, posts)
 		}},
 	}
 	if o.Diagnostics {
@@ -67,14 +90,14 @@ func (b *bench) fanout(ctx context.Context) error {
 		}
 		res.NoTrimRun = true
 		steps = append(steps, step{"ceiling with retention", func() error {
-			_, err := b.ceilingRound(ctx, &res.CeilingRetain, followers, cfg.BatchSize, res.TrimEvery)
+			_, err := b.ceilingRound(ctx, &res.CeilingRetain, followers, fanoutAuthorBase, cfg.BatchSize, res.TrimEvery)
 			return err
 		}})
 		steps = slices.Insert(steps, 1, step{"fan-out without trims", func() error {
 			b.stack.haltWorkers()
 			b.stack.startWorkers(svc)
 			defer func() { b.stack.haltWorkers(); b.stack.startWorkers(b.stack.svc) }()
-			posts, err := b.fanoutRound(ctx, svc, reg, &res.NoTrim)
+			posts, err := b.fanoutRound(ctx, svc, reg, &res.NoTrim, fanoutAuthorBase)
 			if err != nil {
 				return err
 			}
@@ -96,7 +119,8 @@ func (b *bench) fanout(ctx context.Context) error {
 		}
 		b.log.Info("feedbench: A round done", "round", round+1, "of", o.Rounds,
 			"fanout_rows_per_second", int(res.Fanout.Rate()), "no_trim_rows_per_second", int(res.NoTrim.Rate()),
-			"ceiling_rows_per_second", int(res.Ceiling.Rate()))
+			"ceiling_rows_per_second", int(res.Ceiling.Rate()), "room_fanout_rows_per_second", int(res.Room.Rate()),
+			"room_ceiling_rows_per_second", int(res.RoomCeiling.Rate()))
 	}
 	b.rep.Fanout = &res
 	return nil
@@ -109,6 +133,21 @@ func (b *bench) fanout(ctx context.Context) error {
 // at most 5 ms late, which counts against the fan-out.
 const fanoutPoll = 5 * time.Millisecond
 
+// fanoutFollowers makes opt.FanoutFollowers users drawn from users follow
+// each of opt.FanoutAuthors authors numbered from authorBase, and returns
+// them by author.
+func (b *bench) fanoutFollowers(ctx context.Context, authorBase uint64, users []uint64) ([][]uint64, error) {
+	followedAt := time.Now().Add(-loadSpan).UnixMilli()
+	followers := make([][]uint64, b.opt.FanoutAuthors)
+	for a := range followers {
+		followers[a] = b.sample(users, b.opt.FanoutFollowers)
+		if err := b.st.ImportFollowers(ctx, authorBase+uint64(a), followers[a], followedAt, false); err != nil {
+			return nil, err
+		}
+	}
+	return followers, nil
+}
+
 // fanoutRound publishes one post per author through svc, whose workers must
 // be the ones running, and waits until every delivery is done: the time from
 // the first publish to the commit of the last batch, which the service's row
@@ -116,7 +155,7 @@ const fanoutPoll = 5 * time.Millisecond
 // task's finish). Watching the counter instead of polling the database keeps
 // the wait from loading the server it measures; the deliveries' state is
 // checked once afterwards. Returns the posts, by author.
-func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prometheus.Registry, w *writerStats) ([]feed.Post, error) {
+func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prometheus.Registry, w *writerStats, authorBase uint64) ([]feed.Post, error) {
 	rows0 := counterOf(reg, "feed_fanout_inbox_rows_total")
 	trim0 := counterOf(reg, "feed_inbox_trimmed_rows_total")
 	err0 := counterOf(reg, "feed_worker_errors_total")
@@ -127,7 +166,7 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 	posts := make([]feed.Post, b.opt.FanoutAuthors)
 	for a := range posts {
 		var err error
-		if posts[a], _, err = svc.Publish(ctx, service.PublishInput{AuthorID: fanoutAuthorBase + uint64(a)}); err != nil {
+		if posts[a], _, err = svc.Publish(ctx, service.PublishInput{AuthorID: authorBase + uint64(a)}); err != nil {
 			return nil, err
 		}
 	}
@@ -165,13 +204,13 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 // Unlike trims, the cuts leave the floors where they were: the inboxes stop
 // being complete down to them, which no later phase reads that deep to see.
 // Returns the synthetic posts, by author.
-func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, batch, cut int) ([]feed.Post, error) {
+func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, authorBase uint64, batch, cut int) ([]feed.Post, error) {
 	now := time.Now().UnixMilli()
 	var inserts [][]store.InboxRow
 	posts := make([]feed.Post, len(followers))
 	for a, users := range followers {
 		b.ceilingPosts++
-		p := feed.Post{ContentID: ceilingContentBase + b.ceilingPosts, AuthorID: fanoutAuthorBase + uint64(a), PublishTime: now, Kind: feed.KindPost}
+		p := feed.Post{ContentID: ceilingContentBase + b.ceilingPosts, AuthorID: authorBase + uint64(a), PublishTime: now, Kind: feed.KindPost}
 		posts[a] = p
 		for lo := 0; lo < len(users); lo += batch {
 			rows := make([]store.InboxRow, 0, batch)

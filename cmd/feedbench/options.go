@@ -168,6 +168,8 @@ func (o options) validate() error {
 		return fmt.Errorf("-reader-users × 3 classes must be <= -users (%d)", o.Users)
 	case o.FanoutAuthors < 1 || o.FanoutFollowers < 1 || o.Rounds < 1 || o.Workers < 1:
 		return fmt.Errorf("-fanout-authors, -fanout-followers, -rounds and -workers must be >= 1")
+	case o.FanoutAuthors > roomAuthorBase-fanoutAuthorBase:
+		return fmt.Errorf("-fanout-authors must be <= %d", roomAuthorBase-fanoutAuthorBase)
 	case o.FollowersSmall < 1 || o.FollowersBig < 1 || o.RepsSmall < 1 || o.RepsBig < 1:
 		return fmt.Errorf("-followers-* and -reps-* must be >= 1")
 	case o.Clients < 1 || o.ReaderUsers < 1 || o.Pages < 1 || o.PullPosts < 1 || o.Slices < 1:
