@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -137,16 +138,58 @@ const setFloorsHead = `INSERT INTO inbox (user_id, publish_time, content_id, aut
 
 const setFloorsTail = ` ON DUPLICATE KEY UPDATE floor_time = VALUES(floor_time), floor_id = VALUES(floor_id)`
 
-// trimUsers cuts each user's inbox back to its newest limit entries and
-// raises each floor to the oldest entry kept, with four statements per 64
-// users whatever their number: lock the header rows and read the floors
-// (ascending, so concurrent trims queue instead of deadlocking), find the
-// boundaries, delete below them, write the new floors. The users must live
-// on tx's shard.
-func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int64, error) {
-	users = slices.Clone(users)
-	slices.Sort(users)
-	users = slices.Compact(users)
+// inboxCuts finds where to cut the inboxes of users (of q's shard) that
+// hold more than limit entries: for each, its entry ranked limit from the
+// newest, the oldest to keep. Users at or under the limit are absent. One
+// statement per trimChunk users, each inbox read down to rank limit+1 at
+// most.
+func inboxCuts(ctx context.Context, q sqlx.QueryerContext, users []uint64, limit int) (map[uint64]feed.Key, error) {
+	cuts := map[uint64]feed.Key{}
+	for start := 0; start < len(users); start += trimChunk {
+		ids := users[start:min(start+trimChunk, len(users))]
+		parts := make([]string, len(ids))
+		args := make([]any, 0, 2*len(ids))
+		for i, u := range ids {
+			parts[i] = trimBoundaryPartSQL
+			args = append(args, u, limit-1)
+		}
+		var ranked []struct {
+			UserID uint64 `db:"user_id"`
+			T      int64  `db:"publish_time"`
+			ID     uint64 `db:"content_id"`
+		}
+		if err := sqlx.SelectContext(ctx, q, &ranked, strings.Join(parts, " UNION ALL "), args...); err != nil {
+			return nil, err
+		}
+		// Two rows of a user: over the limit, and the greater key is the
+		// oldest to keep.
+		seen := map[uint64]feed.Key{}
+		for _, r := range ranked {
+			k := feed.Key{PublishTime: r.T, ContentID: r.ID}
+			first, ok := seen[r.UserID]
+			switch {
+			case !ok:
+				seen[r.UserID] = k
+			case first.Less(k):
+				cuts[r.UserID] = k
+			default:
+				cuts[r.UserID] = first
+			}
+		}
+	}
+	return cuts, nil
+}
+
+// cutInboxes deletes each user's entries older than its cut and raises its
+// floor to the cut, with three statements per trimChunk users whatever
+// their number: lock the header rows and read the floors (ascending, so
+// concurrent trims queue instead of deadlocking), delete below the cuts,
+// write the new floors. The users must live on tx's shard. A cut found
+// before the lock is still safe to apply: pushes since only add newer
+// entries (the inbox keeps more), and entries purged since were the
+// inbox's to lose.
+func cutInboxes(ctx context.Context, tx *sqlx.Tx, cuts map[uint64]feed.Key) (int64, error) {
+	users := slices.Sorted(maps.Keys(cuts))
 	var trimmed int64
 	for start := 0; start < len(users); start += trimChunk {
 		ids := users[start:min(start+trimChunk, len(users))]
@@ -164,44 +207,14 @@ func trimUsers(ctx context.Context, tx *sqlx.Tx, users []uint64, limit int) (int
 				return trimmed, err
 			}
 		}
-		parts := make([]string, len(ids))
-		bargs := make([]any, 0, 2*len(ids))
-		for i, u := range ids {
-			parts[i] = trimBoundaryPartSQL
-			bargs = append(bargs, u, limit-1)
-		}
-		var ranked []struct {
-			UserID uint64 `db:"user_id"`
-			T      int64  `db:"publish_time"`
-			ID     uint64 `db:"content_id"`
-		}
-		if err := sqlx.SelectContext(ctx, tx, &ranked, strings.Join(parts, " UNION ALL "), bargs...); err != nil {
-			return trimmed, err
-		}
-		// Per user: the greater of its two keys is the oldest to keep.
-		keep := map[uint64]feed.Key{}
-		count := map[uint64]int{}
-		for _, r := range ranked {
-			count[r.UserID]++
-			k := feed.Key{PublishTime: r.T, ContentID: r.ID}
-			if old, ok := keep[r.UserID]; !ok || old.Less(k) {
-				keep[r.UserID] = k
-			}
-		}
-		var below []InboxRow
+		below := make([]InboxRow, 0, len(floors))
 		var fargs []any
 		for _, f := range floors {
-			k, over := keep[f.UserID]
-			if !over || count[f.UserID] < 2 {
-				continue
-			}
+			k := cuts[f.UserID]
 			below = append(below, InboxRow{UserID: f.UserID, Post: feed.Post{PublishTime: k.PublishTime, ContentID: k.ContentID}})
 			if f.lowerThan(k) {
 				fargs = append(fargs, headerRow(f.UserID, k.PublishTime, k.ContentID)...)
 			}
-		}
-		if len(below) == 0 {
-			continue
 		}
 		n, err := deleteBelow(ctx, tx, below)
 		if err != nil {
@@ -233,17 +246,26 @@ func deleteBelow(ctx context.Context, ex sqlx.ExecerContext, bounds []InboxRow) 
 	return r.RowsAffected()
 }
 
-// TrimInboxes keeps the newest limit entries of each user's inbox, in one
-// transaction per shard with a fixed number of statements per 64 users, and
-// returns how many entries it removed. Entries below the new floors are
-// still reachable: reads continue from the outboxes there.
+// TrimInboxes keeps the newest limit entries of each user's inbox and
+// returns how many entries it removed. Per shard it first ranks the inboxes
+// without locks, so that a check of inboxes under their limit (the usual
+// sample while they fill up) costs one statement per 64 users and locks
+// nothing; the inboxes over it are cut in one transaction. Entries below
+// the new floors are still reachable: reads continue from the outboxes
+// there.
 func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int64, error) {
 	var total int64
 	for sh, ids := range s.groupByShard(users) {
+		cuts, err := inboxCuts(ctx, sh.DB, slices.Compact(slices.Sorted(slices.Values(ids))), limit)
+		if err != nil {
+			return total, wrap("trim inboxes", err)
+		}
+		if len(cuts) == 0 {
+			continue
+		}
 		var n int64
-		err := inTx(ctx, sh.DB, func(tx *sqlx.Tx) error {
-			var err error
-			n, err = trimUsers(ctx, tx, ids, limit)
+		err = inTx(ctx, sh.DB, func(tx *sqlx.Tx) error {
+			n, err = cutInboxes(ctx, tx, cuts)
 			return err
 		})
 		if err != nil {
@@ -322,7 +344,11 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 		if _, err := tx.ExecContext(ctx, recountPullsSQL, userID, userID); err != nil {
 			return err
 		}
-		_, err = trimUsers(ctx, tx, []uint64{userID}, limit)
+		cuts, err := inboxCuts(ctx, tx, []uint64{userID}, limit)
+		if err != nil {
+			return err
+		}
+		_, err = cutInboxes(ctx, tx, cuts)
 		return err
 	})
 	if err != nil {
