@@ -19,10 +19,13 @@ import (
 // opt.FanoutFollowers loaded users drawn at random, publish one post per
 // round; the real workers fan them out. The ceiling writes the same number
 // of rows of the same shape into the same inboxes, in statements of the
-// batch size, on as many connections as there are workers. Rounds reverse
-// the order of the writers, so none always meets the biggest table. With
-// diagnostics, a second service whose inbox limit is too large for
-// retention ever to trim runs the same posts, to price the trims.
+// batch size, on as many connections as there are workers. A second set of
+// as many authors, followed by users of a second population loaded to half
+// the inbox rows, runs the same two writers where retention is not due.
+// Rounds reverse the order of the writers, so none always meets the biggest
+// table. With diagnostics, a second service whose inbox limit is too large
+// for retention ever to trim runs the first authors' posts, to price the
+// trims, and a raw ceiling cuts as many rows as it writes.
 func (b *bench) fanout(ctx context.Context) error {
 	o := b.opt
 	cfg := b.stack.svc.Config()
