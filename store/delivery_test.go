@@ -842,9 +842,7 @@ func TestRunTaskBatch(t *testing.T) {
 		listed := followersOnBothShards(t, st, author, 3)
 		pending := []uint64{listed[2] + 1, listed[len(listed)-1] + 1}
 		for _, u := range pending {
-			if _, err := st.Follow(t.Context(), u, author, maxFollowing, t0); err != nil {
-				t.Fatal(err)
-			}
+			followPending(t, st, u, author)
 		}
 		publish(t, st, author, 42, t0)
 		plan(t, st, author, t0, store.PlanOptions{TaskSize: 1000})
@@ -871,9 +869,7 @@ func TestRunTaskBatch(t *testing.T) {
 		author := idOn(st, 0, 1)
 		listed, pending := idsOn(st, 1, 100, 1)[0], idsOn(st, 1, 5000, 1)[0]
 		follow(t, st, listed, author)
-		if _, err := st.Follow(t.Context(), pending, author, maxFollowing, t0); err != nil {
-			t.Fatal(err)
-		}
+		followPending(t, st, pending, author)
 		publish(t, st, author, 42, t0)
 		deliver(t, st, author, t0)
 		if !slices.Contains(inbox(t, st, pending), 42) {

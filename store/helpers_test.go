@@ -96,6 +96,15 @@ func follow(t *testing.T, st *store.Store, user, author uint64) {
 	}
 }
 
+// followPending follows without running the follow event: the edge is
+// there, the author's followers row is not yet.
+func followPending(t *testing.T, st *store.Store, user, author uint64) {
+	t.Helper()
+	if _, err := st.Follow(t.Context(), user, author, maxFollowing, t0); err != nil {
+		t.Fatalf("follow %d→%d: %v", user, author, err)
+	}
+}
+
 // followMany is a bulk fixture for thousands of followers: it writes the
 // settled following rows (pull = 0, user shards), the followers rows and the
 // author's count (author shard) with multi-row statements instead of two
