@@ -1,7 +1,9 @@
-// Package migrations embeds the schema every shard carries. Files are goose
-// SQL migrations with one DDL statement each, because MySQL commits DDL
-// implicitly and a failed multi-statement file could not be retried. Only
-// append new files; never edit a released one.
+// Package migrations embeds the schema every shard carries, as goose SQL
+// migrations. 00001_baseline.sql creates every table. MySQL commits DDL
+// implicitly, so a migration runs without a transaction and each of its
+// statements is idempotent (CREATE TABLE IF NOT EXISTS and the like): a rerun
+// after a failure half-way completes it. A schema change is a new file
+// appended after the others; a released file is never edited.
 package migrations
 
 import "embed"

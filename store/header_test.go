@@ -1,17 +1,12 @@
 package store_test
 
 import (
-	"database/sql"
 	"fmt"
 	"io"
 	"log/slog"
 	"slices"
 	"testing"
 
-	"github.com/pressly/goose/v3"
-
-	"github.com/feedhq/feed"
-	"github.com/feedhq/feed/migrations"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/storetest"
 )
@@ -81,54 +76,4 @@ func openStore(t *testing.T, m *store.ShardMap) *store.Store {
 	must(t, err)
 	t.Cleanup(func() { st.Close() })
 	return st
-}
-
-// TestMigrateUserStateToHeaders upgrades a database from the schema with a
-// user_state table: every state row becomes a header row, and every user
-// with a pull bit is marked, with or without a state row.
-func TestMigrateUserStateToHeaders(t *testing.T) {
-	t.Parallel()
-	dsn := storetest.DatabaseDSN(t)
-	db, err := sql.Open("mysql", dsn)
-	must(t, err)
-	defer db.Close()
-	p, err := goose.NewProvider(goose.DialectMySQL, db, migrations.FS, goose.WithDisableGlobalRegistry(true))
-	must(t, err)
-	_, err = p.UpTo(t.Context(), 10)
-	must(t, err)
-	for _, q := range []string{
-		"INSERT INTO user_state (user_id, last_read_at, active_since, floor_time, floor_id) VALUES (1, 500, 400, 300, 30), (2, 600, 0, NULL, NULL)",
-		"INSERT INTO following (user_id, author_id, followed_at, pull) VALUES (1, 9, 0, 0), (2, 9, 0, 1), (3, 9, 0, 2)",
-		"INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind) VALUES (1, 300, 30, 9, 'post')",
-	} {
-		_, err := db.ExecContext(t.Context(), q)
-		must(t, err)
-	}
-	st := openStore(t, store.SingleShardMap(dsn))
-	must(t, st.Migrate(t.Context(), slog.New(slog.NewTextHandler(io.Discard, nil))))
-
-	for _, c := range []struct {
-		user         uint64
-		read, active int64
-		floor        *feed.Key
-		pull         []store.PullAuthor
-	}{
-		{1, 500, 400, &feed.Key{PublishTime: 300, ContentID: 30}, nil},
-		{2, 600, 0, nil, []store.PullAuthor{{AuthorID: 9, Pull: store.PullBelowActive}}},
-		{3, 0, 0, nil, []store.PullAuthor{{AuthorID: 9, Pull: store.PullPending}}},
-	} {
-		snap := snapshot(t, st, c.user)
-		if snap.LastReadAt != c.read || snap.ActiveSince != c.active || !slices.Equal(snap.Pull, c.pull) ||
-			(snap.Floor == nil) != (c.floor == nil) || (snap.Floor != nil && *snap.Floor != *c.floor) {
-			t.Errorf("user %d after the upgrade: %+v", c.user, snap)
-		}
-	}
-	if got := inbox(t, st, 1); !slices.Equal(got, []uint64{30}) {
-		t.Errorf("user 1's inbox %v, want [30]", got)
-	}
-	var n int
-	must(t, db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'user_state'").Scan(&n))
-	if n != 0 {
-		t.Error("user_state still exists")
-	}
 }

@@ -1,0 +1,156 @@
+-- The schema every shard carries. Each table lives on the shard of one key:
+-- author-keyed tables (posts, deliveries, fanout_tasks, followers, authors)
+-- on the author's shard, user-keyed tables (inbox, following, follow_events)
+-- on the user's, content_ids on the shard of the content id, and health once
+-- per database. A user id and the same number as an author id land on the
+-- same shard. No query joins a user-keyed table to an author-keyed one.
+--
+-- Times are Unix milliseconds. The tables with a kind column are ascii
+-- (kinds are lower-case ascii identifiers); the others hold only integers
+-- and take the database default.
+--
+-- MySQL commits each DDL statement implicitly, so a transaction could not
+-- undo a failure half-way. The file runs without one and every statement
+-- is idempotent (CREATE TABLE IF NOT EXISTS): running it again after a
+-- partial failure completes the schema.
+-- +goose NO TRANSACTION
+-- +goose Up
+CREATE TABLE IF NOT EXISTS posts (
+    author_id    BIGINT UNSIGNED NOT NULL,
+    publish_time BIGINT          NOT NULL COMMENT 'Unix ms, set by the author (or the server), at most clock-skew in the future',
+    content_id   BIGINT UNSIGNED NOT NULL COMMENT 'names one post in the whole service (see content_ids)',
+    kind         VARCHAR(32)     NOT NULL COMMENT 'post type chosen by the author, such as post or photo',
+    deleted      TINYINT         NOT NULL DEFAULT 0 COMMENT '1 once deleted: the row stays so the id stays taken and DELETE stays idempotent',
+    created_at   BIGINT          NOT NULL COMMENT 'Unix ms when the row was written',
+    PRIMARY KEY (author_id, publish_time, content_id),
+    UNIQUE KEY uk_posts_content (content_id)
+) ENGINE = InnoDB DEFAULT CHARSET = ascii
+  COMMENT 'author-keyed: each author outbox, newest first by the clustered key as pull reads scan it. uk_posts_content keeps content ids unique within the shard and serves lookups by id';
+
+CREATE TABLE IF NOT EXISTS deliveries (
+    content_id    BIGINT UNSIGNED NOT NULL,
+    author_id     BIGINT UNSIGNED NOT NULL,
+    publish_time  BIGINT          NOT NULL COMMENT 'copied from the post: the inbox key of its entries',
+    kind          VARCHAR(32)     NOT NULL COMMENT 'copied from the post into its inbox entries',
+    state         TINYINT         NOT NULL DEFAULT 0 COMMENT '0 pending (to plan), 1 running (fanout_tasks exist), 2 done',
+    mode          TINYINT         NOT NULL DEFAULT 0 COMMENT 'decided when planned: 0 push to every follower, 1 push_active (followers who read recently), 2 pull (push to nobody)',
+    retract       TINYINT         NOT NULL DEFAULT 0 COMMENT '1 once the post is deleted: the fan-out removes it from inboxes instead of adding it',
+    recipients    BIGINT          NOT NULL DEFAULT 0 COMMENT 'follower count when the delivery was planned',
+    delivered     BIGINT          NOT NULL DEFAULT 0 COMMENT 'followers processed, summed from the tasks when done (while running, the tasks hold the counts)',
+    claim_token   BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'random token of the planner holding the lease, 0 if none',
+    claimed_until BIGINT          NOT NULL DEFAULT 0 COMMENT 'Unix ms when the lease ends and any planner may claim the row',
+    attempts      INT             NOT NULL DEFAULT 0 COMMENT 'times the row was claimed',
+    created_at    BIGINT          NOT NULL COMMENT 'Unix ms when the post was published',
+    tasks_left    INT             NOT NULL DEFAULT 0 COMMENT 'unfinished fanout_tasks while running: the batch that takes it to 0 completes the delivery',
+    PRIMARY KEY (content_id),
+    KEY idx_deliveries_claim (state, claimed_until)
+) ENGINE = InnoDB DEFAULT CHARSET = ascii
+  COMMENT 'author-keyed: the transactional outbox of fan-out, one row per post, inserted with the post and planned into fanout_tasks';
+
+CREATE TABLE IF NOT EXISTS fanout_tasks (
+    content_id    BIGINT UNSIGNED NOT NULL,
+    seq           INT             NOT NULL COMMENT 'task number within the delivery, in user_id order',
+    author_id     BIGINT UNSIGNED NOT NULL,
+    publish_time  BIGINT          NOT NULL COMMENT 'copied from the delivery',
+    kind          VARCHAR(32)     NOT NULL COMMENT 'copied from the delivery',
+    mode          TINYINT         NOT NULL COMMENT 'the delivery mode: 0 push, 1 push_active, 2 pull',
+    retract       TINYINT         NOT NULL DEFAULT 0 COMMENT '1: remove the post from the inboxes of the range instead of adding it',
+    lo            BIGINT UNSIGNED NOT NULL COMMENT 'the task covers followers with lo < user_id <= hi',
+    hi            BIGINT UNSIGNED NOT NULL COMMENT 'upper bound of the range, 18446744073709551615 for the last task',
+    last_user     BIGINT UNSIGNED NOT NULL COMMENT 'progress mark: users up to it are done, written with the inbox rows it covers',
+    delivered     BIGINT          NOT NULL DEFAULT 0 COMMENT 'followers processed so far',
+    done          TINYINT         NOT NULL DEFAULT 0 COMMENT '1 once the whole range is processed',
+    claim_token   BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'random token of the worker holding the lease, 0 if none',
+    claimed_until BIGINT          NOT NULL DEFAULT 0 COMMENT 'Unix ms when the lease ends and any worker may resume the task',
+    attempts      INT             NOT NULL DEFAULT 0 COMMENT 'times the task was claimed',
+    PRIMARY KEY (content_id, seq),
+    KEY idx_fanout_tasks_claim (done, claimed_until)
+) ENGINE = InnoDB DEFAULT CHARSET = ascii
+  COMMENT 'author-keyed: resumable fan-out sub-tasks of a delivery over follower ranges, deleted when the delivery is done';
+
+CREATE TABLE IF NOT EXISTS followers (
+    author_id   BIGINT UNSIGNED NOT NULL,
+    user_id     BIGINT UNSIGNED NOT NULL COMMENT 'the follower',
+    followed_at BIGINT          NOT NULL COMMENT 'Unix ms of the follow',
+    PRIMARY KEY (author_id, user_id)
+) ENGINE = InnoDB
+  COMMENT 'author-keyed: who follows the author, in user_id order for fan-out. Kept in step with following by follow_events';
+
+CREATE TABLE IF NOT EXISTS authors (
+    author_id      BIGINT UNSIGNED NOT NULL,
+    follower_count BIGINT          NOT NULL DEFAULT 0 COMMENT 'rows of the author in followers',
+    mode           TINYINT         NOT NULL DEFAULT 0 COMMENT '0 push, 1 switching to pull (a job sets following.pull bit 1 for every follower), 2 pull',
+    switch_after   BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'switch job progress mark: followers up to this user_id are marked',
+    claim_token    BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'random token of the worker leasing the switch job, 0 if none',
+    claimed_until  BIGINT          NOT NULL DEFAULT 0 COMMENT 'Unix ms when the lease ends',
+    attempts       INT             NOT NULL DEFAULT 0 COMMENT 'times the switch job was claimed',
+    PRIMARY KEY (author_id),
+    KEY idx_authors_claim (mode, claimed_until)
+) ENGINE = InnoDB
+  COMMENT 'author-keyed: follower count and push or pull mode of each author with followers';
+
+CREATE TABLE IF NOT EXISTS inbox (
+    user_id      BIGINT UNSIGNED NOT NULL,
+    publish_time BIGINT          NOT NULL COMMENT 'the post publish_time, 9223372036854775807 in the header row',
+    content_id   BIGINT UNSIGNED NOT NULL COMMENT 'the post id, 18446744073709551615 in the header row',
+    author_id    BIGINT UNSIGNED NOT NULL COMMENT 'the post author, 0 in the header row',
+    kind         VARCHAR(32)     NOT NULL COMMENT 'the post kind, empty in the header row',
+    last_read_at BIGINT          NULL COMMENT 'header row: Unix ms of the last feed read, written at most every 10 minutes',
+    active_since BIGINT          NULL COMMENT 'header row: Unix ms when the current active spell began. Pull author posts after it were pushed, older ones are merged at read time',
+    floor_time   BIGINT          NULL COMMENT 'header row: publish_time of the floor, the key at and above which the inbox is complete. NULL: complete',
+    floor_id     BIGINT UNSIGNED NULL COMMENT 'header row: content_id of the floor',
+    pulls        TINYINT         NULL COMMENT 'header row: 1 if some following row of the user may have pull bits',
+    PRIMARY KEY (user_id, publish_time, content_id)
+) ENGINE = InnoDB DEFAULT CHARSET = ascii
+  COMMENT 'user-keyed: pushed feed entries, clustered in feed order. Each user range ends in a header row holding the user state (header columns are NULL in post rows), also the user lock';
+
+CREATE TABLE IF NOT EXISTS following (
+    user_id     BIGINT UNSIGNED NOT NULL,
+    author_id   BIGINT UNSIGNED NOT NULL COMMENT 'the followed author',
+    followed_at BIGINT          NOT NULL COMMENT 'Unix ms of the follow',
+    pull        TINYINT         NOT NULL DEFAULT 0 COMMENT 'bits: 1 pull author (merge its posts at or before active_since at read time), 2 backfill pending (merge its whole outbox)',
+    PRIMARY KEY (user_id, author_id),
+    KEY idx_following_pull (user_id, pull),
+    KEY idx_following_author (author_id, user_id)
+) ENGINE = InnoDB
+  COMMENT 'user-keyed: the authoritative follow edges. Fan-out reads the edges of one author through idx_following_author, so a post lands only in the inbox of a current follower';
+
+CREATE TABLE IF NOT EXISTS follow_events (
+    user_id       BIGINT UNSIGNED NOT NULL,
+    author_id     BIGINT UNSIGNED NOT NULL,
+    version       BIGINT          NOT NULL DEFAULT 1 COMMENT 'bumped by each follow or unfollow of the pair: the event is deleted only if unchanged since it was claimed',
+    claim_token   BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'random token of the worker holding the lease, 0 if none',
+    claimed_until BIGINT          NOT NULL DEFAULT 0 COMMENT 'Unix ms when the lease ends',
+    attempts      INT             NOT NULL DEFAULT 0 COMMENT 'times the event was claimed',
+    created_at    BIGINT          NOT NULL COMMENT 'Unix ms of the first operation queued',
+    PRIMARY KEY (user_id, author_id),
+    KEY idx_follow_events_claim (claimed_until)
+) ENGINE = InnoDB
+  COMMENT 'user-keyed: outbox of follow and unfollow, one row per pair. A worker reconciles followers and the backfill with following';
+
+CREATE TABLE IF NOT EXISTS content_ids (
+    content_id BIGINT UNSIGNED NOT NULL,
+    author_id  BIGINT UNSIGNED NOT NULL COMMENT 'the author who owns the id',
+    created_at BIGINT          NOT NULL COMMENT 'Unix ms of the claim',
+    PRIMARY KEY (content_id)
+) ENGINE = InnoDB
+  COMMENT 'keyed by content id: with several shards, publish claims the id here first, so an id names one post in the whole service. Unused with one shard';
+
+CREATE TABLE IF NOT EXISTS health (
+    id        TINYINT UNSIGNED NOT NULL COMMENT 'always 0: one row per database',
+    probed_at BIGINT           NOT NULL COMMENT 'Unix ms of the last readiness probe write',
+    PRIMARY KEY (id)
+) ENGINE = InnoDB
+  COMMENT 'written by readiness probes to prove the database takes writes';
+
+-- +goose Down
+DROP TABLE IF EXISTS health;
+DROP TABLE IF EXISTS content_ids;
+DROP TABLE IF EXISTS follow_events;
+DROP TABLE IF EXISTS following;
+DROP TABLE IF EXISTS inbox;
+DROP TABLE IF EXISTS authors;
+DROP TABLE IF EXISTS followers;
+DROP TABLE IF EXISTS fanout_tasks;
+DROP TABLE IF EXISTS deliveries;
+DROP TABLE IF EXISTS posts;
