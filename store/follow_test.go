@@ -77,7 +77,7 @@ func TestFollow(t *testing.T) {
 
 	t.Run("concurrent follows never exceed the cap", func(t *testing.T) {
 		t.Parallel()
-		must(t, st.MarkRead(t.Context(), 2, t0, t0, t0)) // user 2 has a state row already
+		must(t, st.MarkRead(t.Context(), 2, t0, t0, t0)) // user 2 has a header row already
 		for _, user := range []uint64{1, 2} {
 			concurrentFollows(t, st, user)
 		}

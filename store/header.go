@@ -14,11 +14,11 @@ import (
 // maxID), above every post (publish times are bounded by now plus the clock
 // skew), holding the user's per-user state: when the user last read the
 // feed and since when the current active spell runs, the inbox floor, and
-// whether some followed author must be pulled at read time. The header
-// replaces a separate user_state table so that a feed page is one backward
-// range scan of the inbox that meets the header first: one index, one block
-// to plan (docs/DESIGN.md). Its state columns are NULL in post rows, which
-// costs a post row one null-bitmap byte.
+// whether some followed author must be pulled at read time. The state lives
+// in the inbox rather than in a table of its own so that a feed page is one
+// backward range scan of the inbox that meets the header first: one index,
+// one block to plan (docs/DESIGN.md). Its state columns are NULL in post
+// rows, which costs a post row one null-bitmap byte.
 //
 // The header row is also the user's lock: writes that change the floor or
 // the pull bits of the user's following rows lock it first, so they queue
@@ -37,7 +37,7 @@ func headerRow(userID uint64, state ...any) []any {
 // ensureHeadersHead/Tail create the users' missing header rows and, either
 // way, leave them all locked exclusively. INSERT IGNORE would leave a shared
 // lock on an existing row, and two transactions upgrading theirs with a
-// FOR UPDATE deadlock: concurrent follows of one user failed so.
+// FOR UPDATE deadlock, as concurrent follows of one user would.
 const (
 	ensureHeadersHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind)`
 	ensureHeadersTail = ` ON DUPLICATE KEY UPDATE user_id = user_id`
@@ -152,7 +152,7 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 	}
 	defer rows.Close()
 	// One set of scan targets for every row: they escape to the heap
-	// through Scan, and a set per row cost a page hundreds of allocations.
+	// through Scan, and a set per row would cost a page hundreds of allocations.
 	var (
 		src            int
 		t              int64

@@ -313,7 +313,7 @@ func TestMarkRead(t *testing.T) {
 		}
 	}
 
-	// A state row made by a follow has never been read: the first read
+	// A header row made by a follow has never been read: the first read
 	// starts a spell.
 	_, err := st.Follow(t.Context(), 2, 3, maxFollowing, t0)
 	must(t, err)

@@ -13,7 +13,7 @@ import (
 
 // keysetOlder is the keyset condition of every newest-first page, written
 // long-hand: not every MySQL-family server range-scans the row-constructor
-// form (notes/mysql-measurements.md). Arguments: time, time, id.
+// form. Arguments: time, time, id.
 const keysetOlder = `(publish_time < ? OR (publish_time = ? AND content_id < ?))`
 
 const insertPostSQL = `INSERT INTO posts (author_id, publish_time, content_id, kind, created_at) VALUES (?, ?, ?, ?, ?)`

@@ -25,7 +25,8 @@ import (
 
 // The crash tests run the real binary as a subprocess and SIGKILL it at
 // random instants while it works. `make crash` sets FEED_CRASH_FULL=1 for
-// the sizes of the issue; FEED_CRASH_SEED replays the kill times of a run.
+// the full sizes (README.md, `make crash`); FEED_CRASH_SEED replays the kill
+// times of a run.
 
 // build is the feedd binary, built once per test binary.
 var build struct {
