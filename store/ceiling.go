@@ -17,12 +17,6 @@ import (
 // and the few server queries the benchmark reports. None of it runs on a
 // request path.
 
-// InboxRow is one inbox entry: a post as one user's feed holds it.
-type InboxRow struct {
-	UserID uint64
-	feed.Post
-}
-
 // InsertInboxRows writes rows with multi-row INSERT IGNORE statements of a
 // thousand rows on sh (every row must belong to sh). It is the fan-out
 // ceiling: the same rows a fan-out batch writes, without the follow check,

@@ -8,9 +8,6 @@ import (
 	"github.com/feedhq/feed"
 )
 
-// seedChunk bounds the rows of one bulk statement.
-const seedChunk = 1000
-
 const seedFollowingHead = `INSERT IGNORE INTO following (user_id, author_id, followed_at, pull)`
 
 const seedFollowersHead = `INSERT IGNORE INTO followers (author_id, user_id, followed_at)`
@@ -75,28 +72,4 @@ func (s *Store) ImportActivity(ctx context.Context, users []uint64, lastReadAt, 
 		}
 	}
 	return nil
-}
-
-// insertChunks runs "head VALUES (…),(…) tail" over n rows in statements of
-// at most seedChunk rows, row(i) giving the cols values of row i, and
-// returns the rows affected.
-func insertChunks(ctx context.Context, db sqlx.ExecerContext, head string, cols int, tail string, n int, row func(i int) []any) (int64, error) {
-	var total int64
-	for start := 0; start < n; start += seedChunk {
-		end := min(start+seedChunk, n)
-		args := make([]any, 0, cols*(end-start))
-		for i := start; i < end; i++ {
-			args = append(args, row(i)...)
-		}
-		r, err := db.ExecContext(ctx, multiRowInsert(head, cols, end-start, tail), args...)
-		if err != nil {
-			return total, err
-		}
-		k, err := r.RowsAffected()
-		if err != nil {
-			return total, err
-		}
-		total += k
-	}
-	return total, nil
 }
