@@ -8,6 +8,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storetest"
 )
 
 // Id layout. All ids live on one shard; user ids are spread so that the
@@ -82,7 +83,7 @@ func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (i
 	// Every user has a header row, as a live user has from the first follow
 	// on, with a floor as trimming leaves one (here: below every loaded
 	// row, none of which is missing); its rows arrive below it.
-	if err := b.st.ImportActivity(ctx, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
+	if err := storetest.ImportActivity(ctx, b.st, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
 		return 0, err
 	}
 	n := len(users)
