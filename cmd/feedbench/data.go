@@ -126,7 +126,7 @@ func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (i
 	for range 2 {
 		g.Go(func() error {
 			for rows := range batches {
-				k, err := b.sh.InsertInboxRows(gctx, rows)
+				k, err := insertInboxRows(gctx, b.db, rows)
 				if err != nil {
 					cancel()
 					return err
@@ -144,13 +144,13 @@ func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (i
 // footprint measures phase D: disk bytes per inbox row.
 func (b *bench) footprint(ctx context.Context, when string, optimize bool) (footprintResult, error) {
 	start := time.Now()
-	f, err := b.sh.InboxFootprint(ctx, optimize)
+	f, err := inboxFootprint(ctx, b.db, optimize)
 	if err != nil {
 		return footprintResult{}, err
 	}
 	b.log.Info("feedbench: D inbox footprint", "when", when, "rows", f.Rows, "data_bytes", f.DataBytes,
 		"index_bytes", f.IndexBytes, "bytes_per_row", f.BytesPerRow(), "seconds", time.Since(start).Seconds())
-	return footprintResult{When: when, TableFootprint: f}, nil
+	return footprintResult{When: when, tableFootprint: f}, nil
 }
 
 // sample returns k distinct items of from, ascending.

@@ -71,13 +71,13 @@ func (b *bench) reads(ctx context.Context) error {
 
 	rawPagers := make([]pager, 2)
 	for i, headerProbe := range []bool{false, true} {
-		raw, err := b.sh.PrepareInboxPage(ctx, headerProbe)
+		raw, err := prepareInboxPage(ctx, b.db, headerProbe)
 		if err != nil {
 			return err
 		}
-		defer raw.Close()
+		defer raw.close()
 		rawPagers[i] = func(ctx context.Context, s *session) (bool, error) {
-			posts, err := raw.Page(ctx, s.user, s.key, pageLimit+1, nil)
+			posts, err := raw.page(ctx, s.user, s.key, pageLimit+1)
 			if err != nil || len(posts) <= pageLimit {
 				return false, err
 			}
