@@ -66,7 +66,7 @@ func TestReadFeedPullMark(t *testing.T) {
 	must(t, writer.Unfollow(t.Context(), user, pullAuthor, t0))
 	read("pull author unfollowed", 1, nil)
 
-	must(t, writer.ImportFollowers(t.Context(), pullAuthor, []uint64{user}, t0, true))
+	must(t, storetest.ImportFollowers(t.Context(), writer, pullAuthor, []uint64{user}, t0, true))
 	read("imported as a pull follower", 2, []store.PullAuthor{{AuthorID: pullAuthor, Pull: store.PullBelowActive}})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storetest"
 )
 
 // Id layout. All ids live on one shard; user ids are spread so that the
@@ -82,7 +83,7 @@ func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (i
 	// Every user has a header row, as a live user has from the first follow
 	// on, with a floor as trimming leaves one (here: below every loaded
 	// row, none of which is missing); its rows arrive below it.
-	if err := b.st.ImportActivity(ctx, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
+	if err := storetest.ImportActivity(ctx, b.st, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
 		return 0, err
 	}
 	n := len(users)
@@ -125,7 +126,7 @@ func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (i
 	for range 2 {
 		g.Go(func() error {
 			for rows := range batches {
-				k, err := b.sh.InsertInboxRows(gctx, rows)
+				k, err := insertInboxRows(gctx, b.db, rows)
 				if err != nil {
 					cancel()
 					return err
@@ -143,13 +144,13 @@ func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (i
 // footprint measures phase D: disk bytes per inbox row.
 func (b *bench) footprint(ctx context.Context, when string, optimize bool) (footprintResult, error) {
 	start := time.Now()
-	f, err := b.sh.InboxFootprint(ctx, optimize)
+	f, err := inboxFootprint(ctx, b.db, optimize)
 	if err != nil {
 		return footprintResult{}, err
 	}
 	b.log.Info("feedbench: D inbox footprint", "when", when, "rows", f.Rows, "data_bytes", f.DataBytes,
 		"index_bytes", f.IndexBytes, "bytes_per_row", f.BytesPerRow(), "seconds", time.Since(start).Seconds())
-	return footprintResult{When: when, TableFootprint: f}, nil
+	return footprintResult{When: when, tableFootprint: f}, nil
 }
 
 // sample returns k distinct items of from, ascending.

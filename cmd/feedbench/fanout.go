@@ -13,6 +13,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storetest"
 )
 
 // fanout runs phase A: opt.FanoutAuthors authors, each followed by
@@ -144,7 +145,7 @@ func (b *bench) fanoutFollowers(ctx context.Context, authorBase uint64, users []
 	followers := make([][]uint64, b.opt.FanoutAuthors)
 	for a := range followers {
 		followers[a] = b.sample(users, b.opt.FanoutFollowers)
-		if err := b.st.ImportFollowers(ctx, authorBase+uint64(a), followers[a], followedAt, false); err != nil {
+		if err := storetest.ImportFollowers(ctx, b.st, authorBase+uint64(a), followers[a], followedAt, false); err != nil {
 			return nil, err
 		}
 	}
@@ -254,14 +255,14 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 					return nil
 				}
 				if jobs[i].delete {
-					n, err := b.sh.DeleteInboxBelow(ctx, jobs[i].rows)
+					n, err := deleteInboxBelow(ctx, b.db, jobs[i].rows)
 					if err != nil {
 						return err
 					}
 					deleted.Add(n)
 					continue
 				}
-				n, err := b.sh.InsertInboxRows(ctx, jobs[i].rows)
+				n, err := insertInboxRows(ctx, b.db, jobs[i].rows)
 				if err != nil {
 					return err
 				}
@@ -287,7 +288,7 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 // inboxes as it found them, and the next writer's trims do not cut its rows.
 func (b *bench) undo(ctx context.Context, followers [][]uint64, posts []feed.Post) error {
 	for a, p := range posts {
-		n, err := b.sh.RetractFromFollowers(ctx, p)
+		n, err := retractFromFollowers(ctx, b.db, p)
 		if err != nil {
 			return err
 		}
@@ -306,7 +307,7 @@ func (b *bench) quiesce(ctx context.Context) error {
 	start := time.Now()
 	low, lowAt := int64(-1), start
 	for {
-		n, err := b.sh.PurgeBacklog(ctx)
+		n, err := purgeBacklog(ctx, b.db)
 		if err != nil || n == 0 {
 			return err
 		}
@@ -345,7 +346,7 @@ func (b *bench) overshoot(ctx context.Context, every int) (int64, error) {
 				AuthorID: inboxAuthorBase, PublishTime: b.data.t0 + 1 + int64(k), Kind: feed.KindPost}})
 		}
 	}
-	return b.sh.InsertInboxRows(ctx, rows)
+	return insertInboxRows(ctx, b.db, rows)
 }
 
 // retentionCuts returns, in statements of 64 users, where to cut inboxes so
@@ -375,7 +376,7 @@ func (b *bench) retentionCuts(ctx context.Context, inserts [][]store.InboxRow, c
 		if left == 0 {
 			break
 		}
-		rows, err := b.sh.OldestInboxEntries(ctx, u, min(cut, left)+1)
+		rows, err := oldestInboxEntries(ctx, b.db, u, min(cut, left)+1)
 		if err != nil {
 			return nil, err
 		}

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/feedhq/feed/store"
 )
 
 // Targets the figures are judged against.
@@ -115,7 +113,7 @@ type readResult struct {
 
 type footprintResult struct {
 	When string
-	store.TableFootprint
+	tableFootprint
 }
 
 // sharedServer summarises the samples of other databases' active sessions.
@@ -152,7 +150,7 @@ type report struct {
 	Opt      options
 	Addr     string
 	Database string
-	Server   store.ServerInfo
+	Server   serverInfo
 	Shared   sharedServer
 
 	PullCacheTTL time.Duration // the service's, for the read phase's description

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
 	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
 
 	"github.com/feedhq/feed/service"
@@ -25,7 +26,7 @@ type bench struct {
 	log   *slog.Logger
 	stack *stack
 	st    *store.Store
-	sh    *store.Shard // the one shard: every id lives on it
+	db    *sqlx.DB // the one shard's pool: every id lives on it
 	rng   *rand.Rand
 	rep   *report
 	data  dataset
@@ -82,8 +83,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 			log.Info("feedbench: keeping database", "database", cfg.DBName)
 			return
 		}
-		if derr := st.DropDatabases(cleanup); derr != nil && err == nil {
-			err = derr
+		// A schema name cannot be a placeholder; uniqueDatabaseName
+		// yields [a-z0-9_] only.
+		if _, derr := st.Shards()[0].DB.ExecContext(cleanup, "DROP DATABASE IF EXISTS `"+cfg.DBName+"`"); derr != nil && err == nil {
+			err = fmt.Errorf("drop database %s: %w", cfg.DBName, derr)
 		}
 		log.Info("feedbench: dropped database", "database", cfg.DBName)
 	}()
@@ -105,12 +108,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 		log:   log,
 		stack: stk,
 		st:    st,
-		sh:    st.Shards()[0],
+		db:    st.Shards()[0].DB,
 		rng:   rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
 		rep:   newReport(opt, args, addr, cfg.DBName),
 	}
 	b.rep.PullCacheTTL = stk.svc.Config().PullCacheTTL
-	if b.rep.Server, err = b.sh.ServerInfo(ctx); err != nil {
+	if b.rep.Server, err = readServerInfo(ctx, b.db); err != nil {
 		return err
 	}
 	log.Info("feedbench: server", "version", b.rep.Server.Version, "buffer_pool_bytes", b.rep.Server.BufferPoolBytes)
@@ -187,7 +190,7 @@ func (b *bench) watchSharedServer(ctx context.Context) (stop func()) {
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
 		for {
-			n, err := b.sh.OtherActiveSessions(ctx)
+			n, err := otherActiveSessions(ctx, b.db)
 			if err == nil {
 				b.rep.Shared.add(n)
 			}

@@ -357,7 +357,7 @@ func TestCrashFanout(t *testing.T) {
 		users[i] = 1_000_000 + uint64(i)*7919 // spread over the hash space
 	}
 	now := time.Now().UnixMilli()
-	if err := st.ImportFollowers(ctx, author, users, now-1000, false); err != nil {
+	if err := storetest.ImportFollowers(ctx, st, author, users, now-1000, false); err != nil {
 		t.Fatal(err)
 	}
 	post := feed.Post{ContentID: 9_000_001, AuthorID: author, PublishTime: now, Kind: feed.KindPost}

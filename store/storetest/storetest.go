@@ -1,5 +1,6 @@
-// Package storetest gives integration tests a real MySQL-family server and
-// fresh, uniquely named databases on it. The server comes from
+// Package storetest gives integration tests a real MySQL-family server,
+// fresh, uniquely named databases on it and bulk importers to fill them
+// (feedbench loads its data with those too). The server comes from
 // FEED_TEST_MYSQL_DSN (a DSN without a database name, as `make test` sets
 // it), else from a MySQL 8.4 testcontainer when Docker answers. With neither
 // the test fails: a test that cannot reach a database must never pass.

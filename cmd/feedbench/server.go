@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// The server queries a report states its figures against.
+
+// tableFootprint is a table's size as the server reports it.
+type tableFootprint struct {
+	Rows       int64 // exact, by COUNT(*)
+	DataBytes  int64 // information_schema.TABLES.DATA_LENGTH (the clustered index)
+	IndexBytes int64 // INDEX_LENGTH (secondary indexes)
+}
+
+// BytesPerRow is (data + index) / rows.
+func (f tableFootprint) BytesPerRow() float64 {
+	if f.Rows == 0 {
+		return 0
+	}
+	return float64(f.DataBytes+f.IndexBytes) / float64(f.Rows)
+}
+
+const (
+	optimizeInboxSQL = `OPTIMIZE TABLE inbox`
+	analyzeInboxSQL  = `ANALYZE TABLE inbox`
+	inboxSizeSQL     = `SELECT DATA_LENGTH, INDEX_LENGTH FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`
+	countInboxSQL = `SELECT COUNT(*) FROM inbox`
+)
+
+// inboxFootprint measures the inbox table: optionally rebuilt first
+// (OPTIMIZE), then analyzed so the size statistics are current.
+func inboxFootprint(ctx context.Context, db *sqlx.DB, optimize bool) (tableFootprint, error) {
+	var f tableFootprint
+	stmts := []string{analyzeInboxSQL}
+	if optimize {
+		stmts = []string{optimizeInboxSQL, analyzeInboxSQL}
+	}
+	for _, q := range stmts {
+		// Both statements return a status result set; drain it.
+		rows, err := db.QueryContext(ctx, q)
+		if err != nil {
+			return f, fmt.Errorf("inbox footprint: %w", err)
+		}
+		for rows.Next() {
+		}
+		if err := rows.Close(); err != nil {
+			return f, fmt.Errorf("inbox footprint: %w", err)
+		}
+	}
+	if err := db.QueryRowContext(ctx, inboxSizeSQL).Scan(&f.DataBytes, &f.IndexBytes); err != nil {
+		return f, fmt.Errorf("inbox footprint: %w", err)
+	}
+	if err := db.QueryRowContext(ctx, countInboxSQL).Scan(&f.Rows); err != nil {
+		return f, fmt.Errorf("inbox footprint: %w", err)
+	}
+	return f, nil
+}
+
+// serverInfo describes the server for the report.
+type serverInfo struct {
+	Version             string
+	BufferPoolBytes     int64
+	FlushLogAtTrxCommit int
+}
+
+const serverInfoSQL = `SELECT VERSION(), @@innodb_buffer_pool_size, @@innodb_flush_log_at_trx_commit`
+
+// readServerInfo reports the server's version and the InnoDB settings that
+// bound the benchmark figures.
+func readServerInfo(ctx context.Context, db *sqlx.DB) (serverInfo, error) {
+	var si serverInfo
+	if err := db.QueryRowContext(ctx, serverInfoSQL).Scan(&si.Version, &si.BufferPoolBytes, &si.FlushLogAtTrxCommit); err != nil {
+		return si, fmt.Errorf("server info: %w", err)
+	}
+	return si, nil
+}
+
+// otherSessionsSQL counts sessions of other databases running a statement.
+const otherSessionsSQL = `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+WHERE ID <> CONNECTION_ID() AND COMMAND NOT IN ('Sleep', 'Daemon', 'Binlog Dump')
+AND (DB IS NULL OR DB <> DATABASE())`
+
+// otherActiveSessions counts the server's sessions that are running a
+// statement for another database at this instant: on a shared server their
+// load bends the figures.
+func otherActiveSessions(ctx context.Context, db *sqlx.DB) (int, error) {
+	var n int
+	err := db.QueryRowContext(ctx, otherSessionsSQL).Scan(&n)
+	return n, err
+}
+
+// purgeBacklogSQL reads InnoDB's history list length (the metric is on by
+// default on MySQL 8 and MariaDB alike).
+const purgeBacklogSQL = `SELECT count FROM information_schema.INNODB_METRICS WHERE name = 'trx_rseg_history_len'`
+
+// purgeBacklog returns how many committed transactions' undo logs InnoDB
+// has yet to purge: deleted rows leave the index only when purge gets to
+// them, in the background, so a writer's window would time its
+// predecessor's purge.
+func purgeBacklog(ctx context.Context, db *sqlx.DB) (int64, error) {
+	var n int64
+	if err := db.QueryRowContext(ctx, purgeBacklogSQL).Scan(&n); err != nil {
+		return 0, fmt.Errorf("purge backlog: %w", err)
+	}
+	return n, nil
+}

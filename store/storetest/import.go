@@ -1,0 +1,146 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+)
+
+// The importers load graphs and reader state straight into the tables, for
+// tests and benchmarks that need more of them than the service's own writes
+// would build in reasonable time. They write what those writes leave behind,
+// without events, backfills or fan-out.
+
+// importChunk bounds the rows of one statement InsertRows runs: a thousand
+// rows of a few columns stay far below a statement's 65,535 placeholders.
+const importChunk = 1000
+
+// InsertRows runs "head VALUES (…),(…)… tail" over n rows, row(i) giving
+// the values of row i (as many for every row), in statements of at most
+// importChunk rows, and returns the rows affected.
+func InsertRows(ctx context.Context, db sqlx.ExecerContext, head, tail string, n int, row func(i int) []any) (int64, error) {
+	var total int64
+	for lo := 0; lo < n; lo += importChunk {
+		hi := min(lo+importChunk, n)
+		var q strings.Builder
+		var args []any
+		for i := lo; i < hi; i++ {
+			r := row(i)
+			if i == lo {
+				args = make([]any, 0, len(r)*(hi-lo))
+				q.WriteString(head + " VALUES ")
+			} else {
+				q.WriteByte(',')
+			}
+			q.WriteString("(" + strings.Repeat("?,", len(r)-1) + "?)")
+			args = append(args, r...)
+		}
+		q.WriteString(tail)
+		res, err := db.ExecContext(ctx, q.String(), args...)
+		if err != nil {
+			return total, err
+		}
+		k, err := res.RowsAffected()
+		if err != nil {
+			return total, err
+		}
+		total += k
+	}
+	return total, nil
+}
+
+// byShard splits ids by the shard that owns them, keeping their order.
+func byShard(st *store.Store, ids []uint64) map[*store.Shard][]uint64 {
+	out := map[*store.Shard][]uint64{}
+	for _, id := range ids {
+		sh := st.ShardOf(id)
+		out[sh] = append(out[sh], id)
+	}
+	return out
+}
+
+const (
+	// markPullsHead/Tail upsert users' header rows (at store.Top) marked as
+	// pulling.
+	markPullsHead   = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, pulls)`
+	markPullsTail   = ` ON DUPLICATE KEY UPDATE pulls = 1`
+	importFollowing = `INSERT IGNORE INTO following (user_id, author_id, followed_at, pull)`
+	importFollowers = `INSERT IGNORE INTO followers (author_id, user_id, followed_at)`
+	importAuthorSQL = `INSERT INTO authors (author_id, follower_count, mode) VALUES (?, ?, ?)
+ON DUPLICATE KEY UPDATE follower_count = follower_count + VALUES(follower_count), mode = GREATEST(mode, VALUES(mode))`
+)
+
+// ImportFollowers makes users who have no history with the author follow
+// it: both edge rows and the follower count, with nothing to backfill. With
+// pullMode the author is put in pull mode at once, the edges get the pull
+// bit and the users' headers the pull mark, which the store's own writes
+// set first. The store's pull hints are its own: its next read of each
+// user finds the mark, at one statement more.
+func ImportFollowers(ctx context.Context, st *store.Store, authorID uint64, users []uint64, followedAt int64, pullMode bool) error {
+	pull, mode := 0, store.AuthorPush
+	if pullMode {
+		pull, mode = store.PullBelowActive, store.AuthorPull
+	}
+	for sh, ids := range byShard(st, users) {
+		if pullMode {
+			if _, err := InsertRows(ctx, sh.DB, markPullsHead, markPullsTail, len(ids), func(i int) []any {
+				return []any{ids[i], store.Top.PublishTime, store.Top.ContentID, 0, "", 1}
+			}); err != nil {
+				return fmt.Errorf("storetest: import followers: %w", err)
+			}
+		}
+		if _, err := InsertRows(ctx, sh.DB, importFollowing, "", len(ids), func(i int) []any {
+			return []any{ids[i], authorID, followedAt, pull}
+		}); err != nil {
+			return fmt.Errorf("storetest: import followers: %w", err)
+		}
+	}
+	tx, err := st.ShardOf(authorID).DB.BeginTxx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("storetest: import followers: %w", err)
+	}
+	defer tx.Rollback()
+	added, err := InsertRows(ctx, tx, importFollowers, "", len(users), func(i int) []any {
+		return []any{authorID, users[i], followedAt}
+	})
+	if err == nil {
+		_, err = tx.ExecContext(ctx, importAuthorSQL, authorID, added, mode)
+	}
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return fmt.Errorf("storetest: import followers: %w", err)
+	}
+	return nil
+}
+
+const (
+	importActivityHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, last_read_at, active_since, floor_time, floor_id)`
+	importActivityTail = ` ON DUPLICATE KEY UPDATE last_read_at = VALUES(last_read_at), active_since = VALUES(active_since),
+ floor_time = COALESCE(VALUES(floor_time), floor_time), floor_id = COALESCE(VALUES(floor_id), floor_id)`
+)
+
+// ImportActivity records in the users' header rows that they last read
+// their feed at lastReadAt, in an active spell that began at activeSince,
+// and, unless floor is nil, that their inboxes are complete only at and
+// above floor (as after a trim).
+func ImportActivity(ctx context.Context, st *store.Store, users []uint64, lastReadAt, activeSince int64, floor *feed.Key) error {
+	var ft, fi any
+	if floor != nil {
+		ft, fi = floor.PublishTime, floor.ContentID
+	}
+	for sh, ids := range byShard(st, users) {
+		if _, err := InsertRows(ctx, sh.DB, importActivityHead, importActivityTail, len(ids), func(i int) []any {
+			return []any{ids[i], store.Top.PublishTime, store.Top.ContentID, 0, "", lastReadAt, activeSince, ft, fi}
+		}); err != nil {
+			return fmt.Errorf("storetest: import activity: %w", err)
+		}
+	}
+	return nil
+}
