@@ -1,4 +1,4 @@
-// Package httpapi speaks the REST contract (shared/CONTRACT.md): it parses
+// Package httpapi speaks the REST contract (docs/API.md): it parses
 // and validates requests, makes one service call per request and writes the
 // JSON envelope. No rules live here.
 package httpapi
@@ -21,9 +21,6 @@ import (
 	"github.com/feedhq/feed/service"
 )
 
-// MaxBodyBytes bounds a request body; larger ones get 413.
-const MaxBodyBytes = 64 << 10
-
 //go:embed openapi.json
 var openAPISpec []byte
 
@@ -33,6 +30,9 @@ type Options struct {
 	Token    string
 	Log      *slog.Logger
 	Registry *prometheus.Registry
+	// ReadDeadline and WriteDeadline bound GET/HEAD and other /v1 requests
+	// (zero: the defaults).
+	ReadDeadline, WriteDeadline time.Duration
 }
 
 type api struct {
@@ -49,6 +49,12 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	if opt.Registry == nil {
 		opt.Registry = prometheus.NewRegistry()
 	}
+	if opt.ReadDeadline == 0 {
+		opt.ReadDeadline = ReadDeadlineDefault
+	}
+	if opt.WriteDeadline == 0 {
+		opt.WriteDeadline = WriteDeadlineDefault
+	}
 	a := &api{svc: svc, log: opt.Log}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -61,7 +67,8 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 		// comes before the body is read.
 		e.Use(requireToken("/v1", opt.Token))
 	}
-	e.Use(middleware.BodyLimit(strconv.Itoa(MaxBodyBytes)))
+	e.Use(limitBody)
+	e.Use(withDeadline(opt.ReadDeadline, opt.WriteDeadline))
 
 	get(e, "/healthz", a.healthz)
 	get(e, "/readyz", a.readyz)
@@ -112,7 +119,8 @@ func requireToken(prefix, token string) echo.MiddlewareFunc {
 	}
 }
 
-// instrument counts requests and their latency by route template and status.
+// instrument counts requests and their latency by route template and
+// status, and the requests in flight.
 func instrument(reg *prometheus.Registry) echo.MiddlewareFunc {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "feed_http_requests_total", Help: "HTTP requests by route, method and status."},
@@ -120,9 +128,13 @@ func instrument(reg *prometheus.Registry) echo.MiddlewareFunc {
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "feed_http_request_seconds", Help: "HTTP request latency by route.",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}, []string{"route", "method"})
-	reg.MustRegister(requests, latency)
+	inFlight := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "feed_http_requests_in_flight", Help: "HTTP requests being served."})
+	reg.MustRegister(requests, latency, inFlight)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
+			inFlight.Inc()
+			defer inFlight.Dec()
 			start := time.Now()
 			err := next(c)
 			if err != nil {
@@ -143,9 +155,17 @@ func (a *api) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
+type readiness struct {
+	Status    string            `json:"status"`
+	Databases map[string]string `json:"databases"`
+}
+
+// readyz answers from the background probes' last results, so it never
+// waits for a database.
 func (a *api) readyz(c echo.Context) error {
-	if err := a.svc.Ready(c.Request().Context()); err != nil {
-		return err
+	r := a.svc.Readiness()
+	if !r.Ready {
+		return c.JSON(http.StatusServiceUnavailable, readiness{Status: "unavailable", Databases: r.Databases})
 	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
+	return c.JSON(http.StatusOK, readiness{Status: "ready", Databases: r.Databases})
 }

@@ -1,12 +1,14 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -61,6 +63,7 @@ func setup(t *testing.T, opt envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc.CheckHealth(t.Context())
 	if opt.workers {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -456,6 +459,33 @@ func TestPublish(t *testing.T) {
 		// Exactly the limit is fine.
 		if p := v.publish(t, author, pad(httpapi.MaxBodyBytes), http.StatusCreated); p.ContentID != u(id) {
 			t.Fatalf("got %+v", p)
+		}
+	})
+
+	t.Run("a 10 MB body written whole before the answer is read", func(t *testing.T) {
+		t.Parallel()
+		conn, err := net.Dial("tcp", v.srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		const size = 10_000_000
+		head := fmt.Sprintf("POST /v1/users/%d/posts HTTP/1.1\r\nHost: feed\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", v.id(), size)
+		body := append([]byte(head), bytes.Repeat([]byte(" "), size)...)
+		// The whole request goes out first, as a simple client sends it;
+		// a server that closed early would make this write or the read
+		// below fail with a reset.
+		if _, err := conn.Write(body); err != nil {
+			t.Fatalf("writing the body: %v", err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), `"payload_too_large"`) {
+			t.Fatalf("got %d %s, want 413 payload_too_large", resp.StatusCode, b)
 		}
 	})
 
@@ -1158,7 +1188,7 @@ func TestOperations(t *testing.T) {
 	}
 	r = v.do(t, http.MethodGet, "/readyz", "")
 	wantStatus(t, r, http.StatusOK)
-	if got := strings.TrimSpace(string(r.body)); got != `{"status":"ready"}` {
+	if got := strings.TrimSpace(string(r.body)); got != `{"status":"ready","databases":{"db0":"up"}}` {
 		t.Errorf("readyz %s", got)
 	}
 
@@ -1205,7 +1235,11 @@ func TestUnavailable(t *testing.T) {
 	v := setup(t, envOpts{store: st})
 
 	wantStatus(t, v.do(t, http.MethodGet, "/healthz", ""), http.StatusOK)
-	wantError(t, v.do(t, http.MethodGet, "/readyz", ""), http.StatusServiceUnavailable, "unavailable")
+	r := v.do(t, http.MethodGet, "/readyz", "")
+	wantStatus(t, r, http.StatusServiceUnavailable)
+	if want := `{"status":"unavailable","databases":{"main":"down"}}`; strings.TrimSpace(string(r.body)) != want {
+		t.Errorf("readyz body %s, want %s", r.body, want)
+	}
 	values := map[string]string{"user": "1", "author": "2", "content": "3"}
 	for _, rt := range routes {
 		body := ""

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 
@@ -29,16 +30,25 @@ type errorBody struct {
 }
 
 // handleError writes every error as the contract's envelope. Echo's own
-// errors (no route, wrong method, body too large) get the nearest code; a
-// wrong method keeps its 405 status and names the allowed methods. Only
-// internal errors are logged, and clients never see their text.
+// errors (no route, wrong method) get the nearest code; a wrong method keeps
+// its 405 status and names the allowed methods. A request past its deadline
+// is 503, whatever the interrupted statement returned; one whose client hung
+// up is metered as 499 and logged at debug. Only internal errors are logged
+// at error, and clients never see their text.
 func (a *api) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
 	status, code, msg := http.StatusInternalServerError, feed.EINTERNAL, "internal error"
 	var he *echo.HTTPError
+	ctxErr := c.Request().Context().Err()
 	switch {
+	case errors.Is(ctxErr, context.Canceled):
+		a.log.Debug("http: client closed the request", "method", c.Request().Method, "path", c.Request().URL.Path, "error", err)
+		_ = c.NoContent(statusClientClosed)
+		return
+	case errors.Is(ctxErr, context.DeadlineExceeded):
+		status, code, msg = http.StatusServiceUnavailable, feed.EUNAVAILABLE, "the database did not answer within the request deadline"
 	case errors.As(err, &he):
 		status = he.Code
 		switch he.Code {
@@ -58,6 +68,9 @@ func (a *api) handleError(err error, c echo.Context) {
 	default:
 		code, msg = feed.ErrorCode(err), feed.ErrorMessage(err)
 		status = codes[code]
+	}
+	if status == http.StatusServiceUnavailable {
+		c.Response().Header().Set(echo.HeaderRetryAfter, "1")
 	}
 	if status == http.StatusUnauthorized {
 		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="feed"`)

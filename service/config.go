@@ -25,12 +25,21 @@ const (
 	ClockSkewDefault = time.Minute
 	// PullCacheTTLDefault keeps pull authors' newest posts in memory this long.
 	PullCacheTTLDefault = time.Second
+	// ProbeIntervalDefault and ProbeTimeoutDefault: readiness is at most
+	// about two seconds behind a database that stops answering.
+	ProbeIntervalDefault = time.Second
+	ProbeTimeoutDefault  = time.Second
 )
 
 // maxActiveDays bounds ActiveDays: the window is computed as a
 // time.Duration, which overflows past about 106,751 days and would turn
 // every follower inactive (or active) at random.
 const maxActiveDays = 36500
+
+// markReadTimeout bounds the write a feed read makes to mark its user
+// active (about a millisecond at rest), so a write stall the probes have not
+// reported yet delays reads by this much at most.
+const markReadTimeout = 250 * time.Millisecond
 
 // activityGranularity throttles the write a feed read makes to mark its user
 // active: a read within this time of the last recorded one writes nothing.
@@ -69,6 +78,11 @@ type Config struct {
 	// posts for reads; its own publishes and deletes refresh them at once.
 	// Zero reads the outboxes for every page.
 	PullCacheTTL time.Duration
+	// ProbeInterval is how often each database is probed for readiness.
+	ProbeInterval time.Duration
+	// ProbeTimeout bounds a probe's read and write: a database slower than
+	// that is reported down.
+	ProbeTimeout time.Duration
 	// NodeID (0..8191) makes server-assigned content ids unique across
 	// processes; -1 picks one at random.
 	NodeID int
@@ -89,6 +103,8 @@ func DefaultConfig() Config {
 		PollInterval:  PollIntervalDefault,
 		ClockSkew:     ClockSkewDefault,
 		PullCacheTTL:  PullCacheTTLDefault,
+		ProbeInterval: ProbeIntervalDefault,
+		ProbeTimeout:  ProbeTimeoutDefault,
 		NodeID:        -1,
 	}
 }
@@ -118,6 +134,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("clock skew must be >= 0")
 	case c.PullCacheTTL < 0 || c.PullCacheTTL > 2*time.Second:
 		return fmt.Errorf("pull cache ttl must be 0..2s (deletes must leave feeds within 2 s), got %s", c.PullCacheTTL)
+	case c.ProbeInterval <= 0 || c.ProbeTimeout <= 0:
+		return fmt.Errorf("probe interval and probe timeout must be > 0")
 	case c.NodeID < -1 || c.NodeID > maxNodeID:
 		return fmt.Errorf("node id must be -1 (random) or 0..%d, got %d", maxNodeID, c.NodeID)
 	}

@@ -1,6 +1,10 @@
 package service
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/feedhq/feed/store"
+)
 
 // Metrics are the service's Prometheus series. One set per process,
 // registered on the registry cmd/feedd serves.
@@ -15,6 +19,8 @@ type Metrics struct {
 	workerErrors    *prometheus.CounterVec
 	feedPullAuthors prometheus.Histogram
 	feedQueries     prometheus.Histogram
+	shardUp         *prometheus.GaugeVec
+	reg             prometheus.Registerer
 }
 
 // NewMetrics creates the series and registers them on reg.
@@ -43,8 +49,50 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		feedQueries: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "feed_read_queries", Help: "SQL statements run for one feed page.",
 			Buckets: []float64{1, 2, 3, 4, 6, 10, 20, 40}}),
+		shardUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "feed_shard_up", Help: "1 while the database's last probe read and wrote in time with a current schema."},
+			[]string{"database"}),
+		reg: reg,
 	}
 	reg.MustRegister(m.postsPublished, m.inboxRows, m.batchSeconds, m.deliveries, m.followEvents,
-		m.backfillRows, m.trimmedRows, m.workerErrors, m.feedPullAuthors, m.feedQueries)
+		m.backfillRows, m.trimmedRows, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.shardUp)
 	return m
+}
+
+// watchPools exports the shards' connection pools: saturation shows as
+// waits for a free connection.
+func (m *Metrics) watchPools(st *store.Store) {
+	m.reg.MustRegister(poolCollector{st})
+}
+
+var (
+	poolConnsDesc = prometheus.NewDesc("feed_db_connections",
+		"Connections of the database's pool, by state (in_use, idle).", []string{"database", "state"}, nil)
+	poolMaxDesc = prometheus.NewDesc("feed_db_max_open_connections",
+		"The database's pool size.", []string{"database"}, nil)
+	poolWaitsDesc = prometheus.NewDesc("feed_db_waits_total",
+		"Times a statement waited for a free connection of the database's pool.", []string{"database"}, nil)
+	poolWaitSecondsDesc = prometheus.NewDesc("feed_db_wait_seconds_total",
+		"Time statements spent waiting for a free connection of the database's pool.", []string{"database"}, nil)
+)
+
+// poolCollector reads the pools' statistics when scraped.
+type poolCollector struct{ st *store.Store }
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- poolConnsDesc
+	ch <- poolMaxDesc
+	ch <- poolWaitsDesc
+	ch <- poolWaitSecondsDesc
+}
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, sh := range c.st.Shards() {
+		s := sh.DB.Stats()
+		ch <- prometheus.MustNewConstMetric(poolConnsDesc, prometheus.GaugeValue, float64(s.InUse), sh.Name, "in_use")
+		ch <- prometheus.MustNewConstMetric(poolConnsDesc, prometheus.GaugeValue, float64(s.Idle), sh.Name, "idle")
+		ch <- prometheus.MustNewConstMetric(poolMaxDesc, prometheus.GaugeValue, float64(s.MaxOpenConnections), sh.Name)
+		ch <- prometheus.MustNewConstMetric(poolWaitsDesc, prometheus.CounterValue, float64(s.WaitCount), sh.Name)
+		ch <- prometheus.MustNewConstMetric(poolWaitSecondsDesc, prometheus.CounterValue, s.WaitDuration.Seconds(), sh.Name)
+	}
 }

@@ -108,12 +108,20 @@ func (s *Service) markRead(ctx context.Context, userID uint64, snap store.FeedSn
 	if snap.LastReadAt < inactiveBefore {
 		activeSince = now.Add(2 * skew).UnixMilli()
 	}
-	if now.UnixMilli()-snap.LastReadAt >= activityGranularity.Milliseconds() {
-		if err := s.store.MarkRead(ctx, userID, now.UnixMilli(), activeSince, inactiveBefore); err != nil {
-			// The page is right without it (this read merged as for an
-			// inactive user if needed); fan-out may skip the user meanwhile.
-			s.log.Warn("service: mark read", "user_id", userID, "error", err)
-		}
+	if now.UnixMilli()-snap.LastReadAt < activityGranularity.Milliseconds() {
+		return activeSince
+	}
+	// The page is right without the mark (this read merged as for an
+	// inactive user if needed); fan-out may skip the user until a later
+	// read marks it. So a read never waits long for it: not at all while
+	// the database is known not to take writes, and markReadTimeout at most.
+	if s.store.ShardOf(userID).Health().State == store.StateDown {
+		return activeSince
+	}
+	mctx, cancel := context.WithTimeout(ctx, markReadTimeout)
+	defer cancel()
+	if err := s.store.MarkRead(mctx, userID, now.UnixMilli(), activeSince, inactiveBefore); err != nil {
+		s.log.Debug("service: mark read", "user_id", userID, "error", err)
 	}
 	return activeSince
 }

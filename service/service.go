@@ -34,6 +34,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 		return nil, err
 	}
 	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup()}
+	m.watchPools(st)
 	if cfg.PullCacheTTL > 0 {
 		s.cache = newOutboxCache(cfg.PullCacheTTL)
 	}
@@ -63,11 +64,6 @@ func checkPools(st *store.Store, workers int) error {
 
 // Config returns the service's settings.
 func (s *Service) Config() Config { return s.cfg }
-
-// Ready reports whether every shard answers with a current schema.
-//
-// Returns EUNAVAILABLE otherwise.
-func (s *Service) Ready(ctx context.Context) error { return s.store.Ping(ctx) }
 
 var kindPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,31}$`)
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -80,27 +81,43 @@ func (s *Service) RunWorkers(ctx context.Context, softStop time.Duration) {
 	wg.Wait()
 }
 
+// Worker backoff after a failed step: doubling from the first to the cap,
+// each wait drawn at random from its upper half so that the loops of many
+// processes do not retry a recovering database in step.
+const (
+	backoffFirst = 100 * time.Millisecond
+	backoffCap   = 10 * time.Second
+	// failureLogEvery spaces a failing loop's repeated log lines.
+	failureLogEvery = time.Minute
+)
+
 // loop calls step until ctx ends; when a step finds no work it sleeps for a
 // jittered poll interval or until a local write wakes it. Errors back off.
 func (s *Service) loop(ctx, work context.Context, name string, step func(ctx, work context.Context) (int, error)) {
-	backoff := time.Duration(0)
+	var (
+		backoff time.Duration
+		streak  failureStreak
+	)
 	for ctx.Err() == nil {
 		wake := s.wake.wait()
 		n, err := step(ctx, work)
 		switch {
 		case err != nil && ctx.Err() == nil:
 			s.metrics.workerErrors.WithLabelValues(name).Inc()
-			s.log.Error("worker: step failed", "loop", name, "error", err)
-			backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
+			streak.failed(s.log, name, err)
+			backoff = min(max(2*backoff, backoffFirst), backoffCap)
 			wake = nil // do not spin on wake-ups while failing
-		case n > 0:
-			backoff = 0
-			continue
+		case err != nil:
+			// Stopping: a step cut short is not a failure.
 		default:
+			streak.succeeded(s.log, name)
 			backoff = 0
+			if n > 0 {
+				continue
+			}
 		}
-		wait := backoff
-		if wait == 0 {
+		wait := backoff/2 + rand.N(backoff/2+1)
+		if backoff == 0 {
 			wait = s.cfg.PollInterval/2 + rand.N(s.cfg.PollInterval)
 		}
 		timer := time.NewTimer(wait)
@@ -111,6 +128,40 @@ func (s *Service) loop(ctx, work context.Context, name string, step func(ctx, wo
 		}
 		timer.Stop()
 	}
+}
+
+// failureStreak logs a loop's run of failures without flooding: the first
+// failure, then at most one line per failureLogEvery, then the recovery of
+// a loop that logged. A
+// database that is unreachable is the health probes' to report (once per
+// transition), so its failures are logged at debug only.
+type failureStreak struct {
+	count   int
+	logged  time.Time
+	started time.Time
+}
+
+func (f *failureStreak) failed(log *slog.Logger, loop string, err error) {
+	now := time.Now()
+	if f.count == 0 {
+		f.started = now
+	}
+	f.count++
+	switch {
+	case feed.ErrorCode(err) == feed.EUNAVAILABLE:
+		log.Debug("worker: step failed", "loop", loop, "failures", f.count, "error", err)
+	case f.count == 1 || now.Sub(f.logged) >= failureLogEvery:
+		log.Error("worker: step failed", "loop", loop, "failures", f.count, "error", err)
+		f.logged = now
+	}
+}
+
+func (f *failureStreak) succeeded(log *slog.Logger, loop string) {
+	if f.count > 0 && !f.logged.IsZero() {
+		log.Info("worker: recovered", "loop", loop, "failures", f.count,
+			"after", time.Since(f.started).Round(time.Millisecond).String())
+	}
+	*f = failureStreak{}
 }
 
 func (s *Service) lease() (now, until int64) {

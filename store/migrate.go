@@ -15,8 +15,8 @@ import (
 // migrateLockName is the GET_LOCK name that serialises migrators of one
 // database: two feedd processes starting together must not run the same DDL
 // twice. GET_LOCK names are server-wide, so the name carries the database
-// (hashed: MySQL caps names at 64 characters); a plain constant made every
-// database on a server, such as the shards sharing one, migrate one at a time.
+// (hashed: MySQL caps names at 64 characters); a plain constant would make
+// every database on a server, such as the shards sharing one, migrate one at a time.
 const migrateLockName = "CONCAT('feed_migrate_', MD5(DATABASE()))"
 
 // newProvider returns a goose provider without a goose locker: Migrate holds

@@ -27,13 +27,17 @@ type Shard struct {
 	Name string
 	DB   *sqlx.DB
 	dsn  string
+	// conn opens DB's connections; closing it closes its kill pool.
+	conn *killConnector
 
 	mu sync.Mutex // guards feedPage
 	// feedPage holds the hot reads, feedPageSQL and feedPagePullSQL,
-	// prepared once per connection: an unprepared query costs three round
-	// trips (notes/mysql-measurements.md).
+	// prepared once per connection: an unprepared query with arguments
+	// costs three round trips (prepare, execute, close).
 	feedPage  [2]*sqlx.Stmt
 	pullHints pullHints
+
+	health shardHealth
 }
 
 // Store routes ids to shards and runs the SQL.
@@ -42,8 +46,8 @@ type Store struct {
 	owner  []*Shard // indexed by virtual shard
 }
 
-// Open connects to every database of the map. It does not ping: use Ping
-// (readiness) or Migrate to check the servers.
+// Open connects to every database of the map. It does not ping: use
+// CheckHealth (readiness) or Migrate to check the servers.
 func Open(m *ShardMap) (*Store, error) {
 	names, err := m.assignments()
 	if err != nil {
@@ -52,12 +56,11 @@ func Open(m *ShardMap) (*Store, error) {
 	s := &Store{owner: make([]*Shard, len(names))}
 	byName := map[string]*Shard{}
 	for name, cfg := range m.Databases {
-		dsn, err := normalizeDSN(cfg.DSN)
+		sh, err := openShard(name, cfg)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("store: database %q: %w", name, err)
 		}
-		sh := &Shard{Name: name, DB: openDB(dsn, cfg.MaxOpenConns), dsn: dsn}
 		byName[name] = sh
 		s.shards = append(s.shards, sh)
 	}
@@ -68,33 +71,45 @@ func Open(m *ShardMap) (*Store, error) {
 	return s, nil
 }
 
-// openDB opens a pool; sqlx.Open only fails for an unknown driver.
-func openDB(dsn string, maxOpen int) *sqlx.DB {
-	db := sqlx.MustOpen("mysql", dsn)
+// openShard opens a shard's pool, whose statements are killed on the server
+// when their context ends (killConnector).
+func openShard(name string, cfg DatabaseConfig) (*Shard, error) {
+	mc, err := parseDSN(cfg.DSN)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := newKillConnector(mc)
+	if err != nil {
+		return nil, err
+	}
+	db := sqlx.NewDb(sql.OpenDB(conn), "mysql")
+	maxOpen := cfg.MaxOpenConns
 	if maxOpen == 0 {
 		maxOpen = DefaultMaxOpenConns
 	}
 	db.SetMaxOpenConns(maxOpen)
 	db.SetMaxIdleConns(maxOpen)
 	db.SetConnMaxIdleTime(5 * time.Minute)
-	return db
+	sh := &Shard{Name: name, DB: db, dsn: mc.FormatDSN(), conn: conn}
+	sh.health.set(StateUnknown, nil)
+	return sh, nil
 }
 
-// normalizeDSN sets the driver options the store relies on: interpolated
+// parseDSN sets the driver options the store relies on: interpolated
 // parameters (one round trip per statement that is not prepared) and no
 // implicit time parsing (times are Unix milliseconds).
-func normalizeDSN(dsn string) (string, error) {
+func parseDSN(dsn string) (*mysql.Config, error) {
 	c, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return "", fmt.Errorf("bad dsn: %w", err)
+		return nil, fmt.Errorf("bad dsn: %w", err)
 	}
 	if c.DBName == "" {
-		return "", errors.New("dsn names no database")
+		return nil, errors.New("dsn names no database")
 	}
 	if _, set := c.Params["interpolateParams"]; !set {
 		c.InterpolateParams = true
 	}
-	return c.FormatDSN(), nil
+	return c, nil
 }
 
 // Close closes every pool.
@@ -106,7 +121,7 @@ func (s *Store) Close() error {
 				errs = append(errs, st.Close())
 			}
 		}
-		errs = append(errs, sh.DB.Close())
+		errs = append(errs, sh.DB.Close(), sh.conn.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -145,24 +160,6 @@ func affected(r sql.Result, err error) (bool, error) {
 	}
 	n, err := r.RowsAffected()
 	return n > 0, err
-}
-
-// Ping checks that every shard answers and carries the whole schema.
-//
-// Returns EUNAVAILABLE naming the first shard that fails.
-func (s *Store) Ping(ctx context.Context) error {
-	for _, sh := range s.shards {
-		if err := sh.DB.PingContext(ctx); err != nil {
-			return feed.Errorf(feed.EUNAVAILABLE, "shard %s unreachable", sh.Name)
-		}
-		pending, err := hasPendingMigrations(ctx, sh.DB.DB)
-		if err != nil {
-			return feed.Errorf(feed.EUNAVAILABLE, "shard %s: schema version unknown", sh.Name)
-		} else if pending {
-			return feed.Errorf(feed.EUNAVAILABLE, "shard %s: schema not current", sh.Name)
-		}
-	}
-	return nil
 }
 
 // inTx runs fn in a transaction on db, retrying deadlocks, lock wait

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -16,17 +17,28 @@ import (
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-func TestPingAndMigrate(t *testing.T) {
+// wantStates probes every shard and checks each is in state.
+func wantStates(t *testing.T, st *store.Store, state string) {
+	t.Helper()
+	st.CheckHealth(t.Context(), 10*time.Second, nil)
+	for _, sh := range st.Shards() {
+		if h := sh.Health(); h.State != state {
+			t.Fatalf("shard %s is %s (%v), want %s", sh.Name, h.State, h.Err, state)
+		}
+	}
+}
+
+func TestProbeAndMigrate(t *testing.T) {
 	t.Parallel()
 
 	t.Run("migrated store is ready; migrating again changes nothing", func(t *testing.T) {
 		t.Parallel()
 		st := newStore(t, 2)
-		must(t, st.Ping(t.Context()))
+		wantStates(t, st, store.StateUp)
 		publish(t, st, 1, 10, t0)
 		must(t, st.Migrate(t.Context(), discard))
 		must(t, st.Migrate(t.Context(), discard))
-		must(t, st.Ping(t.Context()))
+		wantStates(t, st, store.StateUp)
 		if _, err := st.GetPost(t.Context(), 1, 10); err != nil {
 			t.Errorf("post lost by a second migration: %v", err)
 		}
@@ -37,7 +49,7 @@ func TestPingAndMigrate(t *testing.T) {
 		st, err := store.Open(store.SingleShardMap(storetest.DatabaseDSN(t)))
 		must(t, err)
 		defer st.Close()
-		wantCode(t, st.Ping(t.Context()), feed.EUNAVAILABLE)
+		wantStates(t, st, store.StateOutdated)
 		// The probe wrote nothing: not even goose's version table.
 		var tables int
 		must(t, st.Shards()[0].DB.GetContext(t.Context(), &tables,
@@ -46,7 +58,7 @@ func TestPingAndMigrate(t *testing.T) {
 			t.Fatalf("readiness probe created %d tables", tables)
 		}
 		must(t, st.Migrate(t.Context(), discard))
-		must(t, st.Ping(t.Context()))
+		wantStates(t, st, store.StateUp)
 	})
 
 	t.Run("migrate creates a missing database", func(t *testing.T) {
@@ -62,7 +74,7 @@ func TestPingAndMigrate(t *testing.T) {
 		must(t, err)
 		defer st.Close()
 		must(t, st.Migrate(t.Context(), discard))
-		must(t, st.Ping(t.Context()))
+		wantStates(t, st, store.StateUp)
 	})
 
 	// Several processes may start on a fresh database together: each of
@@ -97,7 +109,7 @@ func TestPingAndMigrate(t *testing.T) {
 			st, err := store.Open(store.SingleShardMap(dsn))
 			must(t, err)
 			defer st.Close()
-			must(t, st.Ping(t.Context()))
+			wantStates(t, st, store.StateUp)
 		}
 	})
 
@@ -106,7 +118,7 @@ func TestPingAndMigrate(t *testing.T) {
 		st, err := store.Open(store.SingleShardMap("root@tcp(127.0.0.1:1)/feed?timeout=1s"))
 		must(t, err)
 		defer st.Close()
-		wantCode(t, st.Ping(t.Context()), feed.EUNAVAILABLE)
+		wantStates(t, st, store.StateDown)
 		_, err = st.GetPost(t.Context(), 1, 1)
 		wantCode(t, err, feed.EUNAVAILABLE)
 	})

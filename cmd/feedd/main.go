@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -36,6 +37,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "feedd:", err)
 		os.Exit(2)
 	}
+	// The driver's own lines (a connection dropped, a bad packet) join the
+	// structured log; the setting is global, hence here and not in Run.
+	_ = mysql.SetLogger(driverLog{m.Log})
 	if err := m.Run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "feedd:", err)
 		m.Close()
@@ -59,13 +63,16 @@ type Main struct {
 	Stderr  io.Writer
 	Log     *slog.Logger
 
-	store     *store.Store
-	svc       *service.Service
-	echo      *echo.Echo
-	listener  net.Listener
-	stopWork  context.CancelFunc
-	workDone  chan struct{}
-	serveDone chan error
+	store    *store.Store
+	svc      *service.Service
+	echo     *echo.Echo
+	listener net.Listener
+	stopWork context.CancelFunc
+	workDone chan struct{}
+	// stopHealth ends the background probes of the databases.
+	stopHealth context.CancelFunc
+	healthDone chan struct{}
+	serveDone  chan error
 }
 
 // NewMain returns a Main with default settings writing to stderr.
@@ -111,6 +118,13 @@ func newLogger(w io.Writer, format, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, opts))
 }
 
+// driverLog passes the MySQL driver's log lines to slog.
+type driverLog struct{ log *slog.Logger }
+
+func (d driverLog) Print(v ...any) {
+	d.log.Warn("mysql: "+strings.TrimSpace(fmt.Sprint(v...)), "component", "driver")
+}
+
 // Run runs migrate to completion, or starts serve and returns once it listens.
 func (m *Main) Run(ctx context.Context) error {
 	if m.Log == nil {
@@ -149,6 +163,15 @@ func (m *Main) serve() error {
 		return err
 	}
 	m.svc = svc
+	// Readiness answers from the probes' last results: the first round
+	// runs before the listener opens, so /readyz is right from the start.
+	svc.CheckHealth(context.Background())
+	hctx, cancel := context.WithCancel(context.Background())
+	m.stopHealth, m.healthDone = cancel, make(chan struct{})
+	go func() {
+		defer close(m.healthDone)
+		svc.WatchHealth(hctx)
+	}()
 	if m.Config.Workers {
 		ctx, cancel := context.WithCancel(context.Background())
 		m.stopWork, m.workDone = cancel, make(chan struct{})
@@ -166,7 +189,8 @@ func (m *Main) serve() error {
 		return err
 	}
 	m.listener = ln
-	m.echo = httpapi.New(svc, httpapi.Options{Token: m.Config.APIToken, Log: m.Log, Registry: reg})
+	m.echo = httpapi.New(svc, httpapi.Options{Token: m.Config.APIToken, Log: m.Log, Registry: reg,
+		ReadDeadline: m.Config.ReadDeadline, WriteDeadline: m.Config.WriteDeadline})
 	m.echo.Server.ReadHeaderTimeout = 5 * time.Second
 	m.echo.Server.ReadTimeout = 30 * time.Second
 	m.echo.Server.WriteTimeout = 30 * time.Second
@@ -203,6 +227,11 @@ func (m *Main) Close() error {
 		m.stopWork()
 		<-m.workDone
 		m.stopWork = nil
+	}
+	if m.stopHealth != nil {
+		m.stopHealth()
+		<-m.healthDone
+		m.stopHealth = nil
 	}
 	if m.store != nil {
 		errs = append(errs, m.store.Close())

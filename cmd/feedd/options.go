@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/feedhq/feed/httpapi"
 	"github.com/feedhq/feed/service"
 )
 
@@ -22,22 +23,28 @@ type Config struct {
 	API         bool
 	Workers     bool
 	SoftStop    time.Duration
-	LogFormat   string
-	LogLevel    string
-	Service     service.Config
+	// ReadDeadline and WriteDeadline bound a request: past them the client
+	// gets 503 and the statement is killed on the server.
+	ReadDeadline  time.Duration
+	WriteDeadline time.Duration
+	LogFormat     string
+	LogLevel      string
+	Service       service.Config
 }
 
 // DefaultConfig returns the contract's defaults.
 func DefaultConfig() Config {
 	return Config{
-		AutoMigrate: true,
-		HTTPAddr:    ":8080",
-		API:         true,
-		Workers:     true,
-		SoftStop:    service.SoftStopTimeoutDefault,
-		LogFormat:   "text",
-		LogLevel:    "info",
-		Service:     service.DefaultConfig(),
+		AutoMigrate:   true,
+		HTTPAddr:      ":8080",
+		API:           true,
+		Workers:       true,
+		SoftStop:      service.SoftStopTimeoutDefault,
+		ReadDeadline:  httpapi.ReadDeadlineDefault,
+		WriteDeadline: httpapi.WriteDeadlineDefault,
+		LogFormat:     "text",
+		LogLevel:      "info",
+		Service:       service.DefaultConfig(),
 	}
 }
 
@@ -54,6 +61,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.APIToken, "api-token", c.APIToken, "when set, /v1 requests need 'Authorization: Bearer <token>'")
 	fs.BoolVar(&c.API, "api", c.API, "serve: run the HTTP API")
 	fs.BoolVar(&c.Workers, "workers", c.Workers, "serve: run the fan-out workers")
+	fs.DurationVar(&c.ReadDeadline, "read-deadline", c.ReadDeadline, "deadline of a GET or HEAD request; past it 503")
+	fs.DurationVar(&c.WriteDeadline, "write-deadline", c.WriteDeadline, "deadline of a POST, PUT or DELETE request; past it 503")
 	fs.DurationVar(&c.SoftStop, "soft-stop", c.SoftStop, "on shutdown, how long batches in flight may finish")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
@@ -69,6 +78,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.PollInterval, "poll-interval", s.PollInterval, "how often idle workers poll for work")
 	fs.DurationVar(&s.ClockSkew, "clock-skew", s.ClockSkew, "allowed clock difference between servers (and future publish_time)")
 	fs.DurationVar(&s.PullCacheTTL, "pull-cache-ttl", s.PullCacheTTL, "how long a process reuses pull authors' newest posts (0: no cache; at most 2s)")
+	fs.DurationVar(&s.ProbeInterval, "probe-interval", s.ProbeInterval, "how often each database is probed for readiness")
+	fs.DurationVar(&s.ProbeTimeout, "probe-timeout", s.ProbeTimeout, "a database whose probe read and write take longer is reported down")
 	fs.IntVar(&s.NodeID, "node-id", s.NodeID, "0..8191, unique per process, for server-assigned content ids; -1 random")
 }
 
@@ -101,6 +112,9 @@ func (c *Config) parse(name string, args []string, stderr io.Writer) error {
 	}
 	if c.Sharding == "" && c.MySQLDSN == "" {
 		return fmt.Errorf("set FEED_MYSQL_DSN (or --mysql-dsn) or FEED_SHARDING (or --sharding)")
+	}
+	if c.ReadDeadline <= 0 || c.WriteDeadline <= 0 {
+		return fmt.Errorf("read deadline and write deadline must be > 0")
 	}
 	return c.Service.Validate()
 }

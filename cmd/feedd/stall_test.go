@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/feedhq/feed/httpapi/client"
+	"github.com/feedhq/feed/store/storetest"
+)
+
+// TestWriteStall holds FLUSH TABLES WITH READ LOCK on a throwaway server, as
+// a backup does: writes answer 503 within their deadline instead of hanging,
+// their statements are killed on the server, readiness drops, a client that
+// hangs up is metered as 499, and after UNLOCK everything recovers by itself
+// and the writes, retried, are applied exactly once.
+func TestWriteStall(t *testing.T) {
+	t.Parallel()
+	srv := storetest.StartServer(t)
+	m, log := startMain(t, "serve", "--mysql-dsn", srv.DSN+"feed", "--http-addr", "127.0.0.1:0",
+		"--workers=false", "--write-deadline", "1s", "--read-deadline", "1s",
+		"--probe-interval", "100ms", "--probe-timeout", "500ms")
+	base := "http://" + m.Addr()
+	// The client waits far longer than the deadlines: a hang fails the test.
+	c := client.New(base, "", &http.Client{Timeout: 20 * time.Second})
+	ctx := t.Context()
+	const author, user = 200, 100
+	must(t, c.Follow(ctx, user, author))
+	if _, _, err := c.Publish(ctx, author, client.PublishRequest{ContentID: "10", PublishTime: 1_000}); err != nil {
+		t.Fatal(err)
+	}
+
+	admin, err := sql.Open("mysql", srv.DSN)
+	must(t, err)
+	defer admin.Close()
+	lock, err := admin.Conn(ctx)
+	must(t, err)
+	defer lock.Close()
+	_, err = lock.ExecContext(ctx, "FLUSH TABLES WITH READ LOCK")
+	must(t, err)
+	locked := true
+	unlock := func() {
+		if locked {
+			_, err := lock.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES")
+			must(t, err)
+			locked = false
+		}
+	}
+	defer unlock()
+
+	// Writes stall on the lock and answer 503 with Retry-After.
+	post := client.PublishRequest{ContentID: "11", PublishTime: 2_000}
+	_, _, err = c.Publish(ctx, author, post)
+	wantAPIError(t, err, http.StatusServiceUnavailable, "unavailable")
+	wantAPIError(t, c.Follow(ctx, user, 300), http.StatusServiceUnavailable, "unavailable")
+	resp, err := http.Post(base+"/v1/users/200/posts", "application/json", strings.NewReader(`{"content_id":"12"}`))
+	must(t, err)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("stalled publish: %d Retry-After %q, want 503 and 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	// Reads are allowed by the lock and keep answering.
+	if _, err := c.Feed(ctx, user, 10, ""); err != nil {
+		t.Errorf("feed read under the lock: %v", err)
+	}
+
+	// A client that gives up is not a server fault.
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, _, err = c.Publish(short, author, client.PublishRequest{ContentID: "13"})
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("publish with a 200 ms client timeout: %v, want the client's deadline", err)
+	}
+
+	// Readiness drops: the probe cannot write.
+	waitFor(t, "readyz 503 naming the database down", func() bool {
+		code, body := httpGet(t, base+"/readyz")
+		return code == http.StatusServiceUnavailable && body == `{"status":"unavailable","databases":{"main":"down"}}`+"\n"
+	})
+	// The timed-out statements were killed on the server: nothing of the
+	// API's waits there (probes come and go, each within its deadline).
+	waitFor(t, "no API statement left waiting on the server", func() bool {
+		var n int
+		err := admin.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE DB = 'feed' AND COMMAND = 'Query' AND INFO NOT LIKE '%health%' AND ID <> CONNECTION_ID()`).Scan(&n)
+		must(t, err)
+		return n == 0
+	})
+	waitFor(t, "the 499 metered", func() bool {
+		return metricValue(t, base, `feed_http_requests_total{method="POST",route="/v1/users/:id/posts",status="499"}`) == 1
+	})
+
+	unlock()
+	waitFor(t, "readyz 200", func() bool {
+		code, _ := httpGet(t, base+"/readyz")
+		return code == http.StatusOK
+	})
+	// Retrying the timed-out writes is safe: each is applied once.
+	if _, created, err := c.Publish(ctx, author, post); err != nil {
+		t.Fatal(err)
+	} else if !created {
+		t.Error("the publish that got 503 had happened: it should have rolled back with its killed statement")
+	}
+	must(t, c.Follow(ctx, user, 300))
+	page, err := c.Posts(ctx, author, 100, "")
+	must(t, err)
+	var ids []string
+	for _, p := range page.Items {
+		ids = append(ids, p.ContentID)
+	}
+	if got := strings.Join(ids, ","); got != "11,10" {
+		t.Errorf("author's posts %s, want 11,10 (13 and 12 never committed: both were cut off before)", got)
+	}
+	// Nothing piles up: requests and connections return to rest.
+	waitFor(t, "no request in flight but this scrape, no connection in use", func() bool {
+		return metricValue(t, base, `feed_http_requests_in_flight`) == 1 &&
+			metricValue(t, base, `feed_db_connections{database="main",state="in_use"}`) == 0
+	})
+	if strings.Contains(log.String(), "http: internal error") || strings.Contains(log.String(), "context canceled") {
+		t.Errorf("the stall was logged as a server fault:\n%s", log.String())
+	}
+}
+
+// metricValue scrapes /metrics and returns the sample named exactly series
+// (name and labels as Prometheus prints them), or -1 when it is absent.
+func metricValue(t *testing.T, base, series string) float64 {
+	t.Helper()
+	_, body := httpGet(t, base+"/metrics")
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` (\S+)$`)
+	m := re.FindStringSubmatch(body)
+	if m == nil {
+		return -1
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	must(t, err)
+	return v
+}
+
+// waitFor polls cond for up to 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Database states, as readiness reports them.
+const (
+	StateUnknown  = "unknown"  // not probed yet
+	StateUp       = "up"       // read and wrote within the probe's deadline, schema current
+	StateDown     = "down"     // unreachable, or a read or a write did not complete in time
+	StateOutdated = "outdated" // reachable, but the schema lacks migrations
+)
+
+// Health is a database's state as its last probe found it.
+type Health struct {
+	State string
+	Err   error     // why it is not up
+	Since time.Time // when it entered the state
+}
+
+// shardHealth holds a shard's last probe result; probes run in the
+// background so that readiness answers at once whatever the database does.
+type shardHealth struct {
+	mu sync.Mutex
+	h  Health
+}
+
+func (h *shardHealth) set(state string, err error) (prev, cur Health) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	prev = h.h
+	if prev.State != state {
+		h.h.Since = time.Now()
+	}
+	h.h.State, h.h.Err = state, err
+	return prev, h.h
+}
+
+// Health returns the shard's state as last probed.
+func (sh *Shard) Health() Health {
+	sh.health.mu.Lock()
+	defer sh.health.mu.Unlock()
+	return sh.health.h
+}
+
+// probeWriteSQL proves the database takes writes: a backup's FLUSH TABLES
+// WITH READ LOCK or a read-only replica makes it wait or fail.
+const probeWriteSQL = `INSERT INTO health (id, probed_at) VALUES (0, ?) ON DUPLICATE KEY UPDATE probed_at = VALUES(probed_at)`
+
+// Probe reads and writes the shard within timeout, records its state and
+// returns the state before and after.
+func (sh *Shard) Probe(ctx context.Context, timeout time.Duration) (prev, cur Health) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pending, err := hasPendingMigrations(ctx, sh.DB.DB)
+	switch {
+	case err != nil:
+		return sh.health.set(StateDown, wrap("probe read", err))
+	case pending:
+		return sh.health.set(StateOutdated, nil)
+	}
+	if _, err := sh.DB.ExecContext(ctx, probeWriteSQL, time.Now().UnixMilli()); err != nil {
+		return sh.health.set(StateDown, wrap("probe write", err))
+	}
+	return sh.health.set(StateUp, nil)
+}
+
+// HealthChange is called with a shard whose state a probe changed.
+type HealthChange func(sh *Shard, prev, cur Health)
+
+// CheckHealth probes every shard at once, each within timeout.
+func (s *Store) CheckHealth(ctx context.Context, timeout time.Duration, changed HealthChange) {
+	var wg sync.WaitGroup
+	for _, sh := range s.shards {
+		wg.Go(func() { sh.probeOnce(ctx, timeout, changed) })
+	}
+	wg.Wait()
+}
+
+// WatchHealth probes every shard every interval, each on its own so that a
+// hung database delays no other's probe, until ctx ends.
+func (s *Store) WatchHealth(ctx context.Context, interval, timeout time.Duration, changed HealthChange) {
+	var wg sync.WaitGroup
+	for _, sh := range s.shards {
+		wg.Go(func() {
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					sh.probeOnce(ctx, timeout, changed)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (sh *Shard) probeOnce(ctx context.Context, timeout time.Duration, changed HealthChange) {
+	prev, cur := sh.Probe(ctx, timeout)
+	if ctx.Err() == nil && prev.State != cur.State && changed != nil {
+		changed(sh, prev, cur)
+	}
+}

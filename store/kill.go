@@ -1,0 +1,224 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// killTimeout bounds one KILL QUERY: a server that does not answer it is
+// down, and the statement dies with its connection anyway.
+const killTimeout = 2 * time.Second
+
+// The driver answers a cancelled context by closing its connection, which
+// frees the caller but not the server: a statement waiting for a lock (a
+// backup's FLUSH TABLES WITH READ LOCK, a long DDL) goes on waiting, and an
+// autocommit write would still run once the lock is released. killConnector
+// makes every statement whose context ends while it runs be cancelled on the
+// server too, with KILL QUERY sent over a small pool of its own, so a request
+// past its deadline leaves nothing behind on the server.
+type killConnector struct {
+	driver.Connector
+	killer *sql.DB
+}
+
+// rawConn is what the MySQL driver's connections implement and the pool
+// relies on; killConn passes each method through.
+type rawConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.SessionResetter
+	driver.Validator
+	driver.NamedValueChecker
+}
+
+// rawStmt is what the driver's prepared statements implement.
+type rawStmt interface {
+	driver.Stmt
+	driver.StmtExecContext
+	driver.StmtQueryContext
+	driver.NamedValueChecker
+}
+
+// newKillConnector returns a connector for dsn whose statements are killed
+// on the server when their context ends.
+func newKillConnector(cfg *mysql.Config) (*killConnector, error) {
+	c, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	killer := sql.OpenDB(c)
+	killer.SetMaxOpenConns(2)
+	killer.SetMaxIdleConns(1)
+	return &killConnector{Connector: c, killer: killer}, nil
+}
+
+// Connect opens a connection and learns its server-side id, one round trip
+// per connection, so that a kill needs no lookup.
+func (k *killConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := k.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := conn.(rawConn)
+	if !ok {
+		conn.Close()
+		return nil, fmt.Errorf("store: driver connection %T lacks context support", conn)
+	}
+	id, err := connectionID(ctx, raw)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &killConn{raw: raw, id: id, killer: k.killer}, nil
+}
+
+// Close closes the kill pool.
+func (k *killConnector) Close() error { return k.killer.Close() }
+
+func connectionID(ctx context.Context, c rawConn) (uint64, error) {
+	rows, err := c.QueryContext(ctx, "SELECT CONNECTION_ID()", nil)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	dest := make([]driver.Value, 1)
+	if err := rows.Next(dest); err != nil {
+		return 0, fmt.Errorf("store: connection id: %w", err)
+	}
+	switch v := dest[0].(type) {
+	case int64:
+		return uint64(v), nil
+	case []byte:
+		return strconv.ParseUint(string(v), 10, 64)
+	}
+	return 0, fmt.Errorf("store: connection id of type %T", dest[0])
+}
+
+// killConn is a driver connection whose statements are watched.
+type killConn struct {
+	raw    rawConn
+	id     uint64
+	killer *sql.DB
+	// killed is set once a kill was sent: the connection is not reused,
+	// since a late KILL QUERY could hit its next statement.
+	killed atomic.Bool
+}
+
+// watch sends KILL QUERY for this connection if ctx ends before the
+// returned stop is called.
+func (c *killConn) watch(ctx context.Context) (stop func() bool) {
+	if ctx.Done() == nil {
+		return func() bool { return true }
+	}
+	return context.AfterFunc(ctx, func() {
+		c.killed.Store(true)
+		kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
+		defer cancel()
+		// The id is a number from the server; KILL takes no placeholder.
+		_, _ = c.killer.ExecContext(kctx, "KILL QUERY "+strconv.FormatUint(c.id, 10))
+	})
+}
+
+func (c *killConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	defer c.watch(ctx)()
+	return c.raw.ExecContext(ctx, query, args)
+}
+
+// QueryContext watches the statement until its first result arrives, which
+// is where lock waits happen; once rows stream, the driver's own close of
+// the connection on cancel ends the statement.
+func (c *killConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	defer c.watch(ctx)()
+	return c.raw.QueryContext(ctx, query, args)
+}
+
+func (c *killConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	st, err := c.raw.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	raw, ok := st.(rawStmt)
+	if !ok {
+		st.Close()
+		return nil, fmt.Errorf("store: driver statement %T lacks context support", st)
+	}
+	return &killStmt{raw: raw, conn: c}, nil
+}
+
+// BeginTx keeps the transaction's context so its COMMIT, which the driver
+// runs without one, is watched too: a commit waits for a backup's lock.
+func (c *killConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	defer c.watch(ctx)()
+	tx, err := c.raw.BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &killTx{raw: tx, conn: c, ctx: ctx}, nil
+}
+
+func (c *killConn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+func (c *killConn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+func (c *killConn) Close() error                                { return c.raw.Close() }
+func (c *killConn) Ping(ctx context.Context) error              { return c.raw.Ping(ctx) }
+func (c *killConn) CheckNamedValue(nv *driver.NamedValue) error { return c.raw.CheckNamedValue(nv) }
+func (c *killConn) IsValid() bool                               { return !c.killed.Load() && c.raw.IsValid() }
+
+func (c *killConn) ResetSession(ctx context.Context) error {
+	if c.killed.Load() {
+		return driver.ErrBadConn
+	}
+	return c.raw.ResetSession(ctx)
+}
+
+type killStmt struct {
+	raw  rawStmt
+	conn *killConn
+}
+
+func (s *killStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	defer s.conn.watch(ctx)()
+	return s.raw.ExecContext(ctx, args)
+}
+
+func (s *killStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	defer s.conn.watch(ctx)()
+	return s.raw.QueryContext(ctx, args)
+}
+
+func (s *killStmt) Close() error                                { return s.raw.Close() }
+func (s *killStmt) NumInput() int                               { return s.raw.NumInput() }
+func (s *killStmt) CheckNamedValue(nv *driver.NamedValue) error { return s.raw.CheckNamedValue(nv) }
+
+// Exec and Query complete driver.Stmt; database/sql calls the context forms.
+func (s *killStmt) Exec(args []driver.Value) (driver.Result, error) { return s.raw.Exec(args) }  //nolint:staticcheck
+func (s *killStmt) Query(args []driver.Value) (driver.Rows, error)  { return s.raw.Query(args) } //nolint:staticcheck
+
+type killTx struct {
+	raw  driver.Tx
+	conn *killConn
+	ctx  context.Context
+}
+
+func (t *killTx) Commit() error {
+	defer t.conn.watch(t.ctx)()
+	return t.raw.Commit()
+}
+
+func (t *killTx) Rollback() error { return t.raw.Rollback() }

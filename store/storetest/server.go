@@ -1,0 +1,128 @@
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is a throwaway mariadbd of one test: its own data directory and
+// port, so a test may lock, stop or kill it without touching other tests.
+type Server struct {
+	// DSN reaches the server as root, with no database name.
+	DSN  string
+	Port int
+	cmd  *exec.Cmd
+}
+
+// StartServer initialises and starts a mariadbd with a small buffer pool,
+// stopped when the test ends. The test fails if mariadbd is not installed:
+// a test that cannot reach a database must never pass.
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	mariadbd, err := findBinary("mariadbd", "mysqld")
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	installDB, err := findBinary("mariadb-install-db", "mysql_install_db")
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	args := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db"}
+	if os.Geteuid() == 0 {
+		args = append(args, "--user=root")
+	}
+	if filepath.Dir(mariadbd) == "/usr/sbin" {
+		args = append(args, "--basedir=/usr")
+	}
+	if out, err := exec.Command(installDB, args...).CombinedOutput(); err != nil {
+		t.Fatalf("storetest: %s: %v\n%s", installDB, err, out)
+	}
+	port := freePort(t)
+	srv := &Server{Port: port, DSN: fmt.Sprintf("root@tcp(127.0.0.1:%d)/", port)}
+	srvArgs := []string{"--no-defaults", "--datadir=" + data, "--port=" + strconv.Itoa(port),
+		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(dir, "sock"), "--skip-name-resolve",
+		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=48M", "--max-connections=300",
+		"--skip-log-bin", "--log-error=" + filepath.Join(dir, "error.log")}
+	if os.Geteuid() == 0 {
+		srvArgs = append(srvArgs, "--user=root")
+	}
+	srv.cmd = exec.Command(mariadbd, srvArgs...)
+	var stderr bytes.Buffer
+	srv.cmd.Stderr = &stderr
+	if err := srv.cmd.Start(); err != nil {
+		t.Fatalf("storetest: start %s: %v", mariadbd, err)
+	}
+	t.Cleanup(func() {
+		srv.Resume()
+		_ = srv.cmd.Process.Kill()
+		_ = srv.cmd.Wait()
+	})
+	db, err := sql.Open("mysql", srv.DSN+"?timeout=1s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = db.PingContext(ctx)
+		cancel()
+		if err == nil {
+			return srv
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			t.Fatalf("storetest: mariadbd on port %d did not answer within 60 s: %v\n%s%s", port, err, stderr.String(), log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Stop freezes the server (SIGSTOP): connections stay open and nothing
+// answers, as on a hung host.
+func (s *Server) Stop() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume undoes Stop.
+func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+
+func findBinary(names ...string) (string, error) {
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p, nil
+		}
+		for _, dir := range []string{"/usr/sbin", "/usr/bin", "/usr/local/sbin", "/usr/local/bin"} {
+			if p := filepath.Join(dir, n); isExecutable(p) {
+				return p, nil
+			}
+		}
+	}
+	return "", fmt.Errorf("none of %v is installed (Debian: apt-get install mariadb-server)", names)
+}
+
+func isExecutable(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+// freePort asks the kernel for a port no one listens on.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
