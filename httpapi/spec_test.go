@@ -216,10 +216,17 @@ func (s *spec) validate(at string, schema any, v any) error {
 		for k, val := range obj {
 			p, ok := props[k]
 			if !ok {
-				if sch["additionalProperties"] == false {
-					return fmt.Errorf("%s: unexpected member %q", at, k)
+				switch extra := sch["additionalProperties"].(type) {
+				case bool:
+					if !extra {
+						return fmt.Errorf("%s: unexpected member %q", at, k)
+					}
+					continue
+				case map[string]any:
+					p = extra // a map: every other member has this schema
+				default:
+					continue
 				}
-				continue
 			}
 			if err := s.validate(at+"."+k, p, val); err != nil {
 				return err
@@ -354,50 +361,69 @@ func checkAllow(t testing.TB, where string, r resp, item map[string]any) {
 	}
 }
 
-// specPath turns an echo route path into the spec's template shape, with
-// every parameter as "{}".
+// Path parameters: echo's ":id" and the spec's "{author_id}".
 var echoParam = regexp.MustCompile(`:[a-z_]+`)
 var specParam = regexp.MustCompile(`\{[a-z_]+\}`)
+
+// routeKey names a route as "METHOD /path" with every path parameter as
+// "{}", so echo's and the spec's spellings compare by position.
+func routeKey(method, path string) string {
+	return method + " " + specParam.ReplaceAllString(echoParam.ReplaceAllString(path, "{}"), "{}")
+}
+
+// servedRoutes returns the routes New registers, by routeKey, each with
+// the echo path it was registered as.
+func servedRoutes(t testing.TB) map[string]string {
+	t.Helper()
+	e := httpapi.New(nil, httpapi.Options{})
+	served := map[string]string{}
+	for _, r := range e.Routes() {
+		if r.Method == echo.RouteNotFound {
+			continue // echo's own catch-all routes
+		}
+		served[routeKey(r.Method, r.Path)] = r.Method + " " + r.Path
+	}
+	if len(served) == 0 {
+		t.Fatal("no routes registered")
+	}
+	return served
+}
+
+// specRoutes returns the operations openapi.json documents, by routeKey,
+// each as "METHOD template" with the spec's parameter names.
+func specRoutes(t testing.TB) map[string]string {
+	t.Helper()
+	documented := map[string]string{}
+	for tmpl, item := range mustSpec(t).paths {
+		for _, m := range methods(item) {
+			documented[routeKey(m, tmpl)] = m + " " + tmpl
+		}
+	}
+	return documented
+}
 
 // TestSpecMatchesRoutes checks that openapi.json documents exactly the
 // routes New registers: each route's method on its path (parameters compared
 // by position), and nothing more.
 func TestSpecMatchesRoutes(t *testing.T) {
 	t.Parallel()
-	e := httpapi.New(nil, httpapi.Options{})
-	s := mustSpec(t)
-
-	registered := map[string]bool{}
-	for _, r := range e.Routes() {
-		if r.Method == echo.RouteNotFound {
-			continue // echo's own catch-all routes
-		}
-		registered[r.Method+" "+echoParam.ReplaceAllString(r.Path, "{}")] = true
-	}
-	documented := map[string]bool{}
-	for tmpl, item := range s.paths {
-		for _, m := range methods(item) {
-			documented[m+" "+specParam.ReplaceAllString(tmpl, "{}")] = true
-		}
-	}
-	for r := range registered {
-		if !documented[r] {
+	served, documented := servedRoutes(t), specRoutes(t)
+	for k, r := range served {
+		if _, ok := documented[k]; !ok {
 			t.Errorf("route %s is not in openapi.json", r)
 		}
 	}
-	for d := range documented {
-		if !registered[d] {
+	for k, d := range documented {
+		if _, ok := served[k]; !ok {
 			t.Errorf("openapi.json documents %s, which is not a route", d)
 		}
-	}
-	if len(registered) == 0 {
-		t.Fatal("no routes registered")
 	}
 }
 
 // TestSpecDocument checks the document's own shape: version, that every
-// $ref resolves, that each path parameter is declared, and that every /v1
-// operation asks for the bearer token and documents 401.
+// $ref resolves, that each path parameter is declared, that every /v1
+// operation asks for the bearer token and documents 401, and 503 with its
+// Retry-After header, and that every operation with a body documents 413.
 func TestSpecDocument(t *testing.T) {
 	t.Parallel()
 	s := mustSpec(t)
@@ -458,6 +484,15 @@ func TestSpecDocument(t *testing.T) {
 					if _, ok := responses[code]; !ok {
 						t.Errorf("%s %s: status %s not documented", m, tmpl, code)
 					}
+				}
+				headers, _ := s.resolve(responses["503"])["headers"].(map[string]any)
+				if _, ok := headers["Retry-After"]; !ok {
+					t.Errorf("%s %s: 503 without the Retry-After header", m, tmpl)
+				}
+			}
+			if _, ok := op["requestBody"]; ok {
+				if _, ok := responses["413"]; !ok {
+					t.Errorf("%s %s: has a body but does not document 413", m, tmpl)
 				}
 			}
 		}
