@@ -28,6 +28,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	removeBuild()
+	storetest.RemoveServerTemplate()
 	os.Exit(code)
 }
 

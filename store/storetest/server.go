@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -22,6 +23,9 @@ type Server struct {
 	DSN  string
 	Port int
 	cmd  *exec.Cmd
+	bin  string
+	args []string
+	dir  string
 }
 
 // StartServer initialises and starts a mariadbd with a small buffer pool,
@@ -33,21 +37,14 @@ func StartServer(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("storetest: %v", err)
 	}
-	installDB, err := findBinary("mariadb-install-db", "mysql_install_db")
+	template, err := serverTemplate(mariadbd)
 	if err != nil {
 		t.Fatalf("storetest: %v", err)
 	}
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
-	args := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db"}
-	if os.Geteuid() == 0 {
-		args = append(args, "--user=root")
-	}
-	if filepath.Dir(mariadbd) == "/usr/sbin" {
-		args = append(args, "--basedir=/usr")
-	}
-	if out, err := exec.Command(installDB, args...).CombinedOutput(); err != nil {
-		t.Fatalf("storetest: %s: %v\n%s", installDB, err, out)
+	if out, err := exec.Command("cp", "-a", template, data).CombinedOutput(); err != nil {
+		t.Fatalf("storetest: copy the initialised data directory: %v\n%s", err, out)
 	}
 	port := freePort(t)
 	srv := &Server{Port: port, DSN: fmt.Sprintf("root@tcp(127.0.0.1:%d)/", port)}
@@ -58,18 +55,26 @@ func StartServer(t testing.TB) *Server {
 	if os.Geteuid() == 0 {
 		srvArgs = append(srvArgs, "--user=root")
 	}
-	srv.cmd = exec.Command(mariadbd, srvArgs...)
-	var stderr bytes.Buffer
-	srv.cmd.Stderr = &stderr
-	if err := srv.cmd.Start(); err != nil {
-		t.Fatalf("storetest: start %s: %v", mariadbd, err)
-	}
+	srv.bin, srv.args, srv.dir = mariadbd, srvArgs, dir
 	t.Cleanup(func() {
 		srv.Resume()
-		_ = srv.cmd.Process.Kill()
-		_ = srv.cmd.Wait()
+		srv.Kill()
 	})
-	db, err := sql.Open("mysql", srv.DSN+"?timeout=1s")
+	srv.start(t)
+	return srv
+}
+
+// start runs mariadbd on the server's data directory and waits until it
+// answers.
+func (s *Server) start(t testing.TB) {
+	t.Helper()
+	s.cmd = exec.Command(s.bin, s.args...)
+	var stderr bytes.Buffer
+	s.cmd.Stderr = &stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("storetest: start %s: %v", s.bin, err)
+	}
+	db, err := sql.Open("mysql", s.DSN+"?timeout=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,13 +85,72 @@ func StartServer(t testing.TB) *Server {
 		err = db.PingContext(ctx)
 		cancel()
 		if err == nil {
-			return srv
+			return
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("storetest: mariadbd on port %d did not answer within 60 s: %v\n%s%s", port, err, stderr.String(), log)
+			log, _ := os.ReadFile(filepath.Join(s.dir, "error.log"))
+			t.Fatalf("storetest: mariadbd on port %d did not answer within 60 s: %v\n%s%s", s.Port, err, stderr.String(), log)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Kill ends the server at once (SIGKILL), as a crashed host.
+func (s *Server) Kill() {
+	if s.cmd != nil && s.cmd.ProcessState == nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+// Restart starts a killed server again on the same data and port.
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Kill()
+	s.start(t)
+}
+
+var (
+	templateOnce sync.Once
+	templateDir  string
+	templateErr  error
+)
+
+// serverTemplate initialises one data directory per test binary, which
+// every server of its tests copies: faster than mariadb-install-db per
+// server, and the bootstrap is run once, not concurrently.
+func serverTemplate(mariadbd string) (string, error) {
+	templateOnce.Do(func() {
+		installDB, err := findBinary("mariadb-install-db", "mysql_install_db")
+		if err != nil {
+			templateErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "feed-mariadb-template-")
+		if err != nil {
+			templateErr = err
+			return
+		}
+		templateDir = filepath.Join(dir, "data")
+		args := []string{"--no-defaults", "--datadir=" + templateDir, "--auth-root-authentication-method=normal", "--skip-test-db"}
+		if os.Geteuid() == 0 {
+			args = append(args, "--user=root")
+		}
+		if filepath.Dir(mariadbd) == "/usr/sbin" {
+			args = append(args, "--basedir=/usr")
+		}
+		if out, err := exec.Command(installDB, args...).CombinedOutput(); err != nil {
+			templateErr = fmt.Errorf("%s: %v\n%s", installDB, err, out)
+		}
+	})
+	return templateDir, templateErr
+}
+
+// RemoveServerTemplate deletes the initialised data directory; a TestMain
+// whose tests start servers calls it after m.Run.
+func RemoveServerTemplate() {
+	if templateDir != "" {
+		_ = os.RemoveAll(filepath.Dir(templateDir))
 	}
 }
 

@@ -160,3 +160,51 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestDatabaseDown kills the database under a serving feedd with its
+// workers: readiness drops at once, the outage is logged once and not per
+// failing step, and when the server is back everything resumes by itself.
+func TestDatabaseDown(t *testing.T) {
+	t.Parallel()
+	srv := storetest.StartServer(t)
+	m, log := startMain(t, "serve", "--mysql-dsn", srv.DSN+"feed", "--http-addr", "127.0.0.1:0",
+		"--poll-interval", "20ms", "--probe-interval", "100ms", "--probe-timeout", "500ms")
+	base := "http://" + m.Addr()
+	c := client.New(base, "", &http.Client{Timeout: 20 * time.Second})
+	ctx := t.Context()
+	const author, user = 200, 100
+	must(t, c.Follow(ctx, user, author))
+
+	srv.Kill()
+	waitFor(t, "readyz 503 naming the database down", func() bool {
+		code, body := httpGet(t, base+"/readyz")
+		return code == http.StatusServiceUnavailable && body == `{"status":"unavailable","databases":{"main":"down"}}`+"\n"
+	})
+	_, _, err := c.Publish(ctx, author, client.PublishRequest{ContentID: "10"})
+	wantAPIError(t, err, http.StatusServiceUnavailable, "unavailable")
+	// Let the workers fail for a while: 20 ms polls would log hundreds of
+	// lines if each failure were logged.
+	waitFor(t, "workers failing", func() bool {
+		return metricValue(t, base, `feed_worker_errors_total{loop="fanout"}`) >= 3
+	})
+	time.Sleep(time.Second)
+	if n := strings.Count(log.String(), "level=ERROR"); n != 1 {
+		t.Errorf("%d error lines for one outage, want 1 (the health transition):\n%s", n, log.String())
+	}
+
+	srv.Restart(t)
+	waitFor(t, "readyz 200", func() bool {
+		code, _ := httpGet(t, base+"/readyz")
+		return code == http.StatusOK
+	})
+	if n := strings.Count(log.String(), "health: database up again"); n != 1 {
+		t.Errorf("recovery logged %d times, want once", n)
+	}
+	if _, _, err := c.Publish(ctx, author, client.PublishRequest{ContentID: "10"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the post in the follower's feed", func() bool {
+		page, err := c.Feed(ctx, user, 10, "")
+		return err == nil && len(page.Items) == 1 && page.Items[0].ContentID == "10"
+	})
+}
