@@ -18,10 +18,11 @@ type InboxRow struct {
 // bulkChunk bounds the rows of one multi-row statement.
 const bulkChunk = 1000
 
-// insertChunks runs "head VALUES (…),(…) tail" over n rows in statements of
+// InsertRows runs "head VALUES (…),(…) tail" over n rows in statements of
 // at most bulkChunk rows, row(i) giving the cols values of row i, and
-// returns the rows affected.
-func insertChunks(ctx context.Context, db sqlx.ExecerContext, head string, cols int, tail string, n int, row func(i int) []any) (int64, error) {
+// returns the rows affected. The store's bulk writes use it, and so do the
+// loaders of tests and benchmarks (storetest), which write raw rows.
+func InsertRows(ctx context.Context, db sqlx.ExecerContext, head string, cols int, tail string, n int, row func(i int) []any) (int64, error) {
 	var total int64
 	for start := 0; start < n; start += bulkChunk {
 		end := min(start+bulkChunk, n)

@@ -47,7 +47,7 @@ const (
 // missing ones, in the order given (callers that lock several sort them, so
 // that concurrent lockers queue instead of deadlocking).
 func ensureHeaders(ctx context.Context, tx sqlx.ExecerContext, users ...uint64) error {
-	_, err := insertChunks(ctx, tx, ensureHeadersHead, 5, ensureHeadersTail, len(users), func(i int) []any {
+	_, err := InsertRows(ctx, tx, ensureHeadersHead, 5, ensureHeadersTail, len(users), func(i int) []any {
 		return headerRow(users[i])
 	})
 	return err
@@ -77,7 +77,7 @@ const (
 // markPulls marks the headers of users of sh as pulling, and hints this
 // process's reads that they pull.
 func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
-	_, err := insertChunks(ctx, sh.DB, markPullsHead, 6, markPullsTail, len(users), func(i int) []any {
+	_, err := InsertRows(ctx, sh.DB, markPullsHead, 6, markPullsTail, len(users), func(i int) []any {
 		return headerRow(users[i], 1)
 	})
 	if err == nil {

@@ -332,7 +332,7 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 				return err
 			}
 		}
-		if res.Copied, err = insertChunks(ctx, tx, insertInboxHead, 5, "", len(posts), func(i int) []any {
+		if res.Copied, err = InsertRows(ctx, tx, insertInboxHead, 5, "", len(posts), func(i int) []any {
 			p := posts[i]
 			return []any{userID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind}
 		}); err != nil {

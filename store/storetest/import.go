@@ -3,9 +3,6 @@ package storetest
 import (
 	"context"
 	"fmt"
-	"strings"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -15,44 +12,6 @@ import (
 // tests and benchmarks that need more of them than the service's own writes
 // would build in reasonable time. They write what those writes leave behind,
 // without events, backfills or fan-out.
-
-// importChunk bounds the rows of one statement InsertRows runs: a thousand
-// rows of a few columns stay far below a statement's 65,535 placeholders.
-const importChunk = 1000
-
-// InsertRows runs "head VALUES (…),(…)… tail" over n rows, row(i) giving
-// the values of row i (as many for every row), in statements of at most
-// importChunk rows, and returns the rows affected.
-func InsertRows(ctx context.Context, db sqlx.ExecerContext, head, tail string, n int, row func(i int) []any) (int64, error) {
-	var total int64
-	for lo := 0; lo < n; lo += importChunk {
-		hi := min(lo+importChunk, n)
-		var q strings.Builder
-		var args []any
-		for i := lo; i < hi; i++ {
-			r := row(i)
-			if i == lo {
-				args = make([]any, 0, len(r)*(hi-lo))
-				q.WriteString(head + " VALUES ")
-			} else {
-				q.WriteByte(',')
-			}
-			q.WriteString("(" + strings.Repeat("?,", len(r)-1) + "?)")
-			args = append(args, r...)
-		}
-		q.WriteString(tail)
-		res, err := db.ExecContext(ctx, q.String(), args...)
-		if err != nil {
-			return total, err
-		}
-		k, err := res.RowsAffected()
-		if err != nil {
-			return total, err
-		}
-		total += k
-	}
-	return total, nil
-}
 
 // byShard splits ids by the shard that owns them, keeping their order.
 func byShard(st *store.Store, ids []uint64) map[*store.Shard][]uint64 {
@@ -88,13 +47,13 @@ func ImportFollowers(ctx context.Context, st *store.Store, authorID uint64, user
 	}
 	for sh, ids := range byShard(st, users) {
 		if pullMode {
-			if _, err := InsertRows(ctx, sh.DB, markPullsHead, markPullsTail, len(ids), func(i int) []any {
+			if _, err := store.InsertRows(ctx, sh.DB, markPullsHead, 6, markPullsTail, len(ids), func(i int) []any {
 				return []any{ids[i], store.Top.PublishTime, store.Top.ContentID, 0, "", 1}
 			}); err != nil {
 				return fmt.Errorf("storetest: import followers: %w", err)
 			}
 		}
-		if _, err := InsertRows(ctx, sh.DB, importFollowing, "", len(ids), func(i int) []any {
+		if _, err := store.InsertRows(ctx, sh.DB, importFollowing, 4, "", len(ids), func(i int) []any {
 			return []any{ids[i], authorID, followedAt, pull}
 		}); err != nil {
 			return fmt.Errorf("storetest: import followers: %w", err)
@@ -105,7 +64,7 @@ func ImportFollowers(ctx context.Context, st *store.Store, authorID uint64, user
 		return fmt.Errorf("storetest: import followers: %w", err)
 	}
 	defer tx.Rollback()
-	added, err := InsertRows(ctx, tx, importFollowers, "", len(users), func(i int) []any {
+	added, err := store.InsertRows(ctx, tx, importFollowers, 3, "", len(users), func(i int) []any {
 		return []any{authorID, users[i], followedAt}
 	})
 	if err == nil {
@@ -136,7 +95,7 @@ func ImportActivity(ctx context.Context, st *store.Store, users []uint64, lastRe
 		ft, fi = floor.PublishTime, floor.ContentID
 	}
 	for sh, ids := range byShard(st, users) {
-		if _, err := InsertRows(ctx, sh.DB, importActivityHead, importActivityTail, len(ids), func(i int) []any {
+		if _, err := store.InsertRows(ctx, sh.DB, importActivityHead, 9, importActivityTail, len(ids), func(i int) []any {
 			return []any{ids[i], store.Top.PublishTime, store.Top.ContentID, 0, "", lastReadAt, activeSince, ft, fi}
 		}); err != nil {
 			return fmt.Errorf("storetest: import activity: %w", err)
