@@ -164,7 +164,10 @@ type readiness struct {
 // waits for a database.
 func (a *api) readyz(c echo.Context) error {
 	r := a.svc.Readiness()
-	if !r.Ready {
+	switch {
+	case r.Draining:
+		return c.JSON(http.StatusServiceUnavailable, readiness{Status: "draining", Databases: r.Databases})
+	case !r.Ready:
 		return c.JSON(http.StatusServiceUnavailable, readiness{Status: "unavailable", Databases: r.Databases})
 	}
 	return c.JSON(http.StatusOK, readiness{Status: "ready", Databases: r.Databases})

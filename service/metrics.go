@@ -67,13 +67,14 @@ func (m *Metrics) watchPools(st *store.Store) {
 
 var (
 	poolConnsDesc = prometheus.NewDesc("feed_db_connections",
-		"Connections of the database's pool, by state (in_use, idle).", []string{"database", "state"}, nil)
+		"Connections of a database's pool of a class (reads, writes, workers), by state (in_use, idle).",
+		[]string{"database", "class", "state"}, nil)
 	poolMaxDesc = prometheus.NewDesc("feed_db_max_open_connections",
-		"The database's pool size.", []string{"database"}, nil)
+		"Size of a database's pool of a class.", []string{"database", "class"}, nil)
 	poolWaitsDesc = prometheus.NewDesc("feed_db_waits_total",
-		"Times a statement waited for a free connection of the database's pool.", []string{"database"}, nil)
+		"Times a statement waited for a free connection of a database's pool of a class.", []string{"database", "class"}, nil)
 	poolWaitSecondsDesc = prometheus.NewDesc("feed_db_wait_seconds_total",
-		"Time statements spent waiting for a free connection of the database's pool.", []string{"database"}, nil)
+		"Time statements spent waiting for a free connection of a database's pool of a class.", []string{"database", "class"}, nil)
 )
 
 // poolCollector reads the pools' statistics when scraped.
@@ -88,11 +89,13 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, sh := range c.st.Shards() {
-		s := sh.DB.Stats()
-		ch <- prometheus.MustNewConstMetric(poolConnsDesc, prometheus.GaugeValue, float64(s.InUse), sh.Name, "in_use")
-		ch <- prometheus.MustNewConstMetric(poolConnsDesc, prometheus.GaugeValue, float64(s.Idle), sh.Name, "idle")
-		ch <- prometheus.MustNewConstMetric(poolMaxDesc, prometheus.GaugeValue, float64(s.MaxOpenConnections), sh.Name)
-		ch <- prometheus.MustNewConstMetric(poolWaitsDesc, prometheus.CounterValue, float64(s.WaitCount), sh.Name)
-		ch <- prometheus.MustNewConstMetric(poolWaitSecondsDesc, prometheus.CounterValue, s.WaitDuration.Seconds(), sh.Name)
+		for _, class := range store.Classes() {
+			s, db, cl := sh.Pool(class).Stats(), sh.Name, class.String()
+			ch <- prometheus.MustNewConstMetric(poolConnsDesc, prometheus.GaugeValue, float64(s.InUse), db, cl, "in_use")
+			ch <- prometheus.MustNewConstMetric(poolConnsDesc, prometheus.GaugeValue, float64(s.Idle), db, cl, "idle")
+			ch <- prometheus.MustNewConstMetric(poolMaxDesc, prometheus.GaugeValue, float64(s.MaxOpenConnections), db, cl)
+			ch <- prometheus.MustNewConstMetric(poolWaitsDesc, prometheus.CounterValue, float64(s.WaitCount), db, cl)
+			ch <- prometheus.MustNewConstMetric(poolWaitSecondsDesc, prometheus.CounterValue, s.WaitDuration.Seconds(), db, cl)
+		}
 	}
 }

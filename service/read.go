@@ -30,6 +30,7 @@ import (
 //
 // Returns EINVALID for a malformed cursor or page size.
 func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]feed.Post, string, error) {
+	ctx = store.WithClass(ctx, store.Reads)
 	if err := checkPage(page); err != nil {
 		return nil, "", err
 	}
@@ -118,7 +119,7 @@ func (s *Service) markRead(ctx context.Context, userID uint64, snap store.FeedSn
 	if s.store.ShardOf(userID).Health().State == store.StateDown {
 		return activeSince
 	}
-	mctx, cancel := context.WithTimeout(ctx, markReadTimeout)
+	mctx, cancel := context.WithTimeout(store.WithClass(ctx, store.Writes), markReadTimeout)
 	defer cancel()
 	if err := s.store.MarkRead(mctx, userID, now.UnixMilli(), activeSince, inactiveBefore); err != nil {
 		s.log.Debug("service: mark read", "user_id", userID, "error", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"sync/atomic"
 	"time"
 
 	"github.com/feedhq/feed"
@@ -23,6 +24,8 @@ type Service struct {
 	wake *wakeup
 	// cache holds pull authors' newest posts; nil when PullCacheTTL is 0.
 	cache *outboxCache
+	// draining is set once the process is stopping (Drain).
+	draining atomic.Bool
 }
 
 // New returns a Service. now is the clock (time.Now outside tests).
@@ -55,7 +58,7 @@ func checkPools(st *store.Store, workers int) error {
 	}
 	for _, sh := range shards {
 		if n := sh.DB.Stats().MaxOpenConnections; n > 0 && workers >= n {
-			return fmt.Errorf("workers (%d) must be fewer than the connections of database %s (max_open_conns %d)",
+			return fmt.Errorf("workers (%d) must be fewer than the workers' connections of database %s (connections.workers %d)",
 				workers, sh.Name, n)
 		}
 	}
@@ -83,6 +86,7 @@ type PublishInput struct {
 // Returns EINVALID for a bad kind or a publish_time beyond the clock-skew
 // allowance, ECONFLICT if the content id names another or a deleted post.
 func (s *Service) Publish(ctx context.Context, in PublishInput) (feed.Post, bool, error) {
+	ctx = store.WithClass(ctx, store.Writes)
 	now := s.now()
 	if in.Kind == "" {
 		in.Kind = feed.KindPost
@@ -138,6 +142,7 @@ func (s *Service) published(p feed.Post, created bool, err error) (feed.Post, bo
 //
 // Returns ENOTFOUND if the author never published it.
 func (s *Service) DeletePost(ctx context.Context, authorID, contentID uint64) error {
+	ctx = store.WithClass(ctx, store.Writes)
 	if err := s.store.DeletePost(ctx, authorID, contentID); err != nil {
 		return err
 	}
@@ -150,6 +155,7 @@ func (s *Service) DeletePost(ctx context.Context, authorID, contentID uint64) er
 //
 // Returns EINVALID for a malformed cursor or page size.
 func (s *Service) ListPosts(ctx context.Context, authorID uint64, page feed.Page) ([]feed.Post, string, error) {
+	ctx = store.WithClass(ctx, store.Reads)
 	if err := checkPage(page); err != nil {
 		return nil, "", err
 	}
@@ -193,6 +199,7 @@ func pageOf[T any](items []T, limit int, cursor func(T) string) ([]T, string, er
 //
 // Returns ENOTFOUND if the author never published it.
 func (s *Service) Delivery(ctx context.Context, authorID, contentID uint64) (feed.Delivery, error) {
+	ctx = store.WithClass(ctx, store.Reads)
 	return s.store.GetDelivery(ctx, authorID, contentID)
 }
 
@@ -201,6 +208,7 @@ func (s *Service) Delivery(ctx context.Context, authorID, contentID uint64) (fee
 //
 // Returns EINVALID for a self-follow, ELIMIT past MaxFollowing.
 func (s *Service) Follow(ctx context.Context, userID, authorID uint64) error {
+	ctx = store.WithClass(ctx, store.Writes)
 	if userID == authorID {
 		return feed.Errorf(feed.EINVALID, "a user cannot follow themselves")
 	}
@@ -216,6 +224,7 @@ func (s *Service) Follow(ctx context.Context, userID, authorID uint64) error {
 //
 // Returns EINVALID for a self-unfollow.
 func (s *Service) Unfollow(ctx context.Context, userID, authorID uint64) error {
+	ctx = store.WithClass(ctx, store.Writes)
 	if userID == authorID {
 		return feed.Errorf(feed.EINVALID, "a user cannot unfollow themselves")
 	}
@@ -230,6 +239,7 @@ func (s *Service) Unfollow(ctx context.Context, userID, authorID uint64) error {
 //
 // Returns EINVALID for a malformed cursor or page size.
 func (s *Service) ListFollowing(ctx context.Context, userID uint64, page feed.Page) ([]feed.Follow, string, error) {
+	ctx = store.WithClass(ctx, store.Reads)
 	if err := checkPage(page); err != nil {
 		return nil, "", err
 	}
@@ -250,6 +260,7 @@ func (s *Service) ListFollowing(ctx context.Context, userID uint64, page feed.Pa
 //
 // Returns EINVALID for a malformed cursor or page size.
 func (s *Service) ListFollowers(ctx context.Context, authorID uint64, page feed.Page) ([]feed.Follow, string, error) {
+	ctx = store.WithClass(ctx, store.Reads)
 	if err := checkPage(page); err != nil {
 		return nil, "", err
 	}

@@ -31,7 +31,7 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 	var total Backlog
 	for _, sh := range s.shards {
 		var b Backlog
-		if err := sqlx.GetContext(ctx, sh.DB, &b, backlogSQL); err != nil {
+		if err := sqlx.GetContext(ctx, sh.pool(ctx), &b, backlogSQL); err != nil {
 			return total, wrap("backlog", err)
 		}
 		total.Deliveries += b.Deliveries

@@ -43,7 +43,7 @@ var deliveryClaims = claimTable{
 
 // ClaimDeliveries leases up to limit unplanned deliveries of the shard.
 func (s *Store) ClaimDeliveries(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]DeliveryJob, error) {
-	return claim[DeliveryJob](ctx, sh.DB, deliveryClaims, now, leaseUntil, limit, token)
+	return claim[DeliveryJob](ctx, sh.pool(ctx), deliveryClaims, now, leaseUntil, limit, token)
 }
 
 func (j *DeliveryJob) claimKey() []any { return []any{j.ContentID} }
@@ -88,7 +88,7 @@ const taskInsertChunk = 500
 // Returns ErrLostClaim if the job's lease was taken over.
 func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptions) (PlanResult, error) {
 	var res PlanResult
-	err := inTx(ctx, s.ShardOf(job.AuthorID).DB, func(tx *sqlx.Tx) error {
+	err := inTx(ctx, s.ShardOf(job.AuthorID).pool(ctx), func(tx *sqlx.Tx) error {
 		res = PlanResult{}
 		var d struct {
 			PublishTime int64  `db:"publish_time"`
@@ -314,7 +314,7 @@ type BatchResult struct {
 func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uint64, opt BatchOptions) (*Task, BatchResult, error) {
 	var t *Task
 	var res BatchResult
-	err := inTx(ctx, sh.DB, func(tx *sqlx.Tx) error {
+	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
 		var ready []Task
 		t, res = nil, BatchResult{}
 		if err := sqlx.SelectContext(ctx, tx, &ready, nextTaskSQL, now); err != nil || len(ready) == 0 {
@@ -344,7 +344,7 @@ func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uin
 func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (BatchResult, error) {
 	var res BatchResult
 	home := s.ShardOf(t.AuthorID)
-	err := inTx(ctx, home.DB, func(tx *sqlx.Tx) error {
+	err := inTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
 		var seq int
 		err := tx.GetContext(ctx, &seq, lockClaimedTaskSQL, t.ContentID, t.Seq, t.Token, t.Retract)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -398,7 +398,7 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 		if sh == home {
 			n, err = writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
 		} else {
-			err = inTx(ctx, sh.DB, func(otx *sqlx.Tx) error {
+			err = inTx(ctx, sh.pool(ctx), func(otx *sqlx.Tx) error {
 				n, err = writeInboxes(ctx, otx, t, through, opt.ActiveAfter)
 				return err
 			})
@@ -467,12 +467,12 @@ func writeInboxes(ctx context.Context, ex sqlx.ExecerContext, t *Task, through u
 // ReleaseTask gives a claimed task back so any worker can take it at once,
 // as on shutdown or after a failed batch.
 func (s *Store) ReleaseTask(ctx context.Context, t *Task) error {
-	return release(ctx, s.ShardOf(t.AuthorID).DB, taskClaims, t.claimKey(), t.Token)
+	return release(ctx, s.ShardOf(t.AuthorID).pool(ctx), taskClaims, t.claimKey(), t.Token)
 }
 
 // ReleaseDelivery gives a claimed delivery back unplanned.
 func (s *Store) ReleaseDelivery(ctx context.Context, job DeliveryJob) error {
-	return release(ctx, s.ShardOf(job.AuthorID).DB, deliveryClaims, job.claimKey(), job.Token)
+	return release(ctx, s.ShardOf(job.AuthorID).pool(ctx), deliveryClaims, job.claimKey(), job.Token)
 }
 
 const deliveryStatusSQL = `SELECT state, mode, recipients, delivered FROM deliveries WHERE content_id = ? AND author_id = ?`
@@ -483,7 +483,7 @@ const tasksDeliveredSQL = `SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks 
 //
 // Returns ENOTFOUND if the author never published contentID.
 func (s *Store) GetDelivery(ctx context.Context, authorID, contentID uint64) (feed.Delivery, error) {
-	db := s.ShardOf(authorID).DB
+	db := s.ShardOf(authorID).pool(ctx)
 	var row struct {
 		State      int   `db:"state"`
 		Mode       int   `db:"mode"`

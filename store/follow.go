@@ -49,7 +49,7 @@ ON DUPLICATE KEY UPDATE version = version + 1`
 //
 // Returns ELIMIT when the user already follows maxFollowing authors.
 func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowing int, now int64) (created bool, err error) {
-	err = inTx(ctx, s.ShardOf(userID).DB, func(tx *sqlx.Tx) error {
+	err = inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
 		created = false
 		// Lock the user's header row: concurrent follows of one user queue
 		// here, so the cap holds.
@@ -88,7 +88,7 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 // and queues the event that updates the author's followers. Unfollowing an
 // author not followed does nothing.
 func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64) error {
-	err := inTx(ctx, s.ShardOf(userID).DB, func(tx *sqlx.Tx) error {
+	err := inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
 		// The header row is the user's lock (pull bits change here).
 		var locked []uint64
 		if err := tx.SelectContext(ctx, &locked, lockHeaderSQL, userID); err != nil {
@@ -116,7 +116,7 @@ WHERE user_id = ? AND author_id > ? ORDER BY author_id LIMIT ?`
 // after, in author_id order.
 func (s *Store) ListFollowing(ctx context.Context, userID, after uint64, limit int) ([]feed.Follow, error) {
 	var out []feed.Follow
-	err := sqlx.SelectContext(ctx, s.ShardOf(userID).DB, &out, listFollowingSQL, userID, after, limit)
+	err := sqlx.SelectContext(ctx, s.ShardOf(userID).pool(ctx), &out, listFollowingSQL, userID, after, limit)
 	return out, wrap("list following", err)
 }
 
@@ -128,7 +128,7 @@ WHERE author_id = ? AND user_id > ? ORDER BY user_id LIMIT ?`
 // their events take to apply.
 func (s *Store) ListFollowers(ctx context.Context, authorID, after uint64, limit int) ([]feed.Follow, error) {
 	var out []feed.Follow
-	err := sqlx.SelectContext(ctx, s.ShardOf(authorID).DB, &out, listFollowersSQL, authorID, after, limit)
+	err := sqlx.SelectContext(ctx, s.ShardOf(authorID).pool(ctx), &out, listFollowersSQL, authorID, after, limit)
 	return out, wrap("list followers", err)
 }
 
@@ -138,7 +138,7 @@ const followedAuthorsSQL = `SELECT author_id FROM following WHERE user_id = ?`
 // deep scroll below the inbox's retained window.
 func (s *Store) FollowedAuthors(ctx context.Context, userID uint64) ([]uint64, error) {
 	var out []uint64
-	err := sqlx.SelectContext(ctx, s.ShardOf(userID).DB, &out, followedAuthorsSQL, userID)
+	err := sqlx.SelectContext(ctx, s.ShardOf(userID).pool(ctx), &out, followedAuthorsSQL, userID)
 	return out, wrap("followed authors", err)
 }
 
@@ -159,7 +159,7 @@ var followEventClaims = claimTable{
 
 // ClaimFollowEvents leases up to limit follow events of the shard.
 func (s *Store) ClaimFollowEvents(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]FollowEvent, error) {
-	return claim[FollowEvent](ctx, sh.DB, followEventClaims, now, leaseUntil, limit, token)
+	return claim[FollowEvent](ctx, sh.pool(ctx), followEventClaims, now, leaseUntil, limit, token)
 }
 
 func (j *FollowEvent) claimKey() []any { return []any{j.UserID, j.AuthorID} }
@@ -173,7 +173,7 @@ const getFollowingSQL = `SELECT user_id, author_id, followed_at FROM following W
 // Returns ENOTFOUND if the user does not follow the author.
 func (s *Store) GetFollowing(ctx context.Context, userID, authorID uint64) (feed.Follow, error) {
 	var f feed.Follow
-	err := sqlx.GetContext(ctx, s.ShardOf(userID).DB, &f, getFollowingSQL, userID, authorID)
+	err := sqlx.GetContext(ctx, s.ShardOf(userID).pool(ctx), &f, getFollowingSQL, userID, authorID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return f, feed.Errorf(feed.ENOTFOUND, "user %d does not follow %d", userID, authorID)
 	}
@@ -198,7 +198,7 @@ const startSwitchSQL = `UPDATE authors SET mode = 1, switch_after = 0, claim_tok
 // It returns the author's mode, read under the same lock the switch takes,
 // so a follower added while switching is never missed.
 func (s *Store) AddFollower(ctx context.Context, f feed.Follow, pushThreshold int64) (mode int, err error) {
-	err = inTx(ctx, s.ShardOf(f.AuthorID).DB, func(tx *sqlx.Tx) error {
+	err = inTx(ctx, s.ShardOf(f.AuthorID).pool(ctx), func(tx *sqlx.Tx) error {
 		r, err := tx.ExecContext(ctx, insertFollowerSQL, f.AuthorID, f.UserID, f.FollowedAt)
 		if err != nil {
 			return err
@@ -229,7 +229,7 @@ func (s *Store) AddFollower(ctx context.Context, f feed.Follow, pushThreshold in
 
 // RemoveFollower drops the edge from the author's shard and the count.
 func (s *Store) RemoveFollower(ctx context.Context, authorID, userID uint64) error {
-	err := inTx(ctx, s.ShardOf(authorID).DB, func(tx *sqlx.Tx) error {
+	err := inTx(ctx, s.ShardOf(authorID).pool(ctx), func(tx *sqlx.Tx) error {
 		if deleted, err := affected(tx.ExecContext(ctx, deleteFollowerSQL, authorID, userID)); err != nil || !deleted {
 			return err
 		}
@@ -245,7 +245,7 @@ const finishFollowEventSQL = `DELETE FROM follow_events WHERE user_id = ? AND au
 // was applied; otherwise it releases the claim so the event runs again and
 // reconciles with the newest state. It reports whether the event is gone.
 func (s *Store) FinishFollowEvent(ctx context.Context, ev FollowEvent) (bool, error) {
-	db := s.ShardOf(ev.UserID).DB
+	db := s.ShardOf(ev.UserID).pool(ctx)
 	r, err := db.ExecContext(ctx, finishFollowEventSQL, ev.UserID, ev.AuthorID, ev.Version, ev.Token)
 	if err != nil {
 		return false, wrap("finish follow event", err)
@@ -258,7 +258,7 @@ func (s *Store) FinishFollowEvent(ctx context.Context, ev FollowEvent) (bool, er
 
 // ReleaseFollowEvent gives a claimed event back for any worker to retry.
 func (s *Store) ReleaseFollowEvent(ctx context.Context, ev FollowEvent) error {
-	return release(ctx, s.ShardOf(ev.UserID).DB, followEventClaims, ev.claimKey(), ev.Token)
+	return release(ctx, s.ShardOf(ev.UserID).pool(ctx), followEventClaims, ev.claimKey(), ev.Token)
 }
 
 // SwitchJob is a claimed author switching from push to pull mode.
@@ -277,7 +277,7 @@ var switchClaims = claimTable{
 
 // ClaimSwitches leases up to limit authors of the shard that are switching mode.
 func (s *Store) ClaimSwitches(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]SwitchJob, error) {
-	return claim[SwitchJob](ctx, sh.DB, switchClaims, now, leaseUntil, limit, token)
+	return claim[SwitchJob](ctx, sh.pool(ctx), switchClaims, now, leaseUntil, limit, token)
 }
 
 func (j *SwitchJob) claimKey() []any { return []any{j.AuthorID} }
@@ -287,7 +287,7 @@ func (j *SwitchJob) setToken(token uint64) { j.Token = token }
 // ReleaseSwitch gives a claimed switch back for any worker to resume from
 // its progress mark, as on shutdown or after a failed batch.
 func (s *Store) ReleaseSwitch(ctx context.Context, job *SwitchJob) error {
-	return release(ctx, s.ShardOf(job.AuthorID).DB, switchClaims, job.claimKey(), job.Token)
+	return release(ctx, s.ShardOf(job.AuthorID).pool(ctx), switchClaims, job.claimKey(), job.Token)
 }
 
 const markPullSQL = `UPDATE following SET pull = pull | 1 WHERE user_id IN (?) AND author_id = ?`
@@ -303,7 +303,7 @@ const advanceSwitchSQL = `UPDATE authors SET switch_after = ?, mode = ?, claimed
 func (s *Store) RunSwitchBatch(ctx context.Context, job *SwitchJob, size int, leaseUntil int64) (bool, error) {
 	home := s.ShardOf(job.AuthorID)
 	var users []uint64
-	err := sqlx.SelectContext(ctx, home.DB, &users, followersPageSQL, job.AuthorID, job.SwitchAfter, uint64(1<<64-1), size)
+	err := sqlx.SelectContext(ctx, home.pool(ctx), &users, followersPageSQL, job.AuthorID, job.SwitchAfter, uint64(1<<64-1), size)
 	if err != nil {
 		return false, wrap("switch batch", err)
 	}
@@ -315,7 +315,7 @@ func (s *Store) RunSwitchBatch(ctx context.Context, job *SwitchJob, size int, le
 		if err := sh.markPulls(ctx, ids); err != nil {
 			return false, wrap("switch batch", err)
 		}
-		if _, err := sh.DB.ExecContext(ctx, q, args...); err != nil {
+		if _, err := sh.pool(ctx).ExecContext(ctx, q, args...); err != nil {
 			return false, wrap("switch batch", err)
 		}
 	}
@@ -327,7 +327,7 @@ func (s *Store) RunSwitchBatch(ctx context.Context, job *SwitchJob, size int, le
 	if len(users) > 0 {
 		mark = users[len(users)-1]
 	}
-	r, err := home.DB.ExecContext(ctx, advanceSwitchSQL, mark, mode, leaseUntil, job.AuthorID, job.Token)
+	r, err := home.pool(ctx).ExecContext(ctx, advanceSwitchSQL, mark, mode, leaseUntil, job.AuthorID, job.Token)
 	if err != nil {
 		return false, wrap("switch batch", err)
 	}

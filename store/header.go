@@ -77,7 +77,7 @@ const (
 // markPulls marks the headers of users of sh as pulling, and hints this
 // process's reads that they pull.
 func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
-	_, err := InsertRows(ctx, sh.DB, markPullsHead, 6, markPullsTail, len(users), func(i int) []any {
+	_, err := InsertRows(ctx, sh.pool(ctx), markPullsHead, 6, markPullsTail, len(users), func(i int) []any {
 		return headerRow(users[i], 1)
 	})
 	if err == nil {
@@ -200,12 +200,13 @@ func (sh *Shard) feedStmt(ctx context.Context, withPull bool) (*sqlx.Stmt, error
 	if withPull {
 		i, q = 1, feedPagePullSQL
 	}
-	if sh.feedPage[i] == nil {
-		st, err := sh.DB.PreparexContext(ctx, q)
+	c := classOf(ctx)
+	if sh.feedPage[c][i] == nil {
+		st, err := sh.pools[c].PreparexContext(ctx, q)
 		if err != nil {
 			return nil, err
 		}
-		sh.feedPage[i] = st
+		sh.feedPage[c][i] = st
 	}
-	return sh.feedPage[i], nil
+	return sh.feedPage[c][i], nil
 }

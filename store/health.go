@@ -55,14 +55,14 @@ const probeWriteSQL = `INSERT INTO health (id, probed_at) VALUES (0, ?) ON DUPLI
 func (sh *Shard) Probe(ctx context.Context, timeout time.Duration) (prev, cur Health) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	pending, err := hasPendingMigrations(ctx, sh.DB.DB)
+	pending, err := hasPendingMigrations(ctx, sh.pools[Writes].DB)
 	switch {
 	case err != nil:
 		return sh.health.set(StateDown, wrap("probe read", err))
 	case pending:
 		return sh.health.set(StateOutdated, nil)
 	}
-	if _, err := sh.DB.ExecContext(ctx, probeWriteSQL, time.Now().UnixMilli()); err != nil {
+	if _, err := sh.pools[Writes].ExecContext(ctx, probeWriteSQL, time.Now().UnixMilli()); err != nil {
 		return sh.health.set(StateDown, wrap("probe write", err))
 	}
 	return sh.health.set(StateUp, nil)

@@ -65,7 +65,7 @@ ON DUPLICATE KEY UPDATE
 // read was before inactiveBefore, the user's active spell restarts at
 // activeSince.
 func (s *Store) MarkRead(ctx context.Context, userID uint64, now, activeSince, inactiveBefore int64) error {
-	_, err := s.ShardOf(userID).DB.ExecContext(ctx, markReadSQL, append(headerRow(userID, now, activeSince), inactiveBefore)...)
+	_, err := s.ShardOf(userID).pool(ctx).ExecContext(ctx, markReadSQL, append(headerRow(userID, now, activeSince), inactiveBefore)...)
 	return wrap("mark read", err)
 }
 
@@ -256,7 +256,7 @@ func deleteBelow(ctx context.Context, ex sqlx.ExecerContext, bounds []InboxRow) 
 func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int64, error) {
 	var total int64
 	for sh, ids := range s.groupByShard(users) {
-		cuts, err := inboxCuts(ctx, sh.DB, slices.Compact(slices.Sorted(slices.Values(ids))), limit)
+		cuts, err := inboxCuts(ctx, sh.pool(ctx), slices.Compact(slices.Sorted(slices.Values(ids))), limit)
 		if err != nil {
 			return total, wrap("trim inboxes", err)
 		}
@@ -264,7 +264,7 @@ func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int
 			continue
 		}
 		var n int64
-		err = inTx(ctx, sh.DB, func(tx *sqlx.Tx) error {
+		err = inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
 			n, err = cutInboxes(ctx, tx, cuts)
 			return err
 		})
@@ -306,7 +306,7 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 	if pullAuthor {
 		setBits = PullBelowActive
 	}
-	err = inTx(ctx, s.ShardOf(userID).DB, func(tx *sqlx.Tx) error {
+	err = inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
 		res = BackfillResult{}
 		var floor *feed.Key
 		if len(posts) >= limit {
@@ -363,7 +363,7 @@ func (s *Store) RemoveFromInbox(ctx context.Context, userID uint64, posts []feed
 	if len(posts) == 0 {
 		return nil
 	}
-	err := inTx(ctx, s.ShardOf(userID).DB, func(tx *sqlx.Tx) error {
+	err := inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
 		for _, p := range posts {
 			if _, err := tx.ExecContext(ctx, deleteInboxEntrySQL, userID, p.PublishTime, p.ContentID); err != nil {
 				return err
@@ -387,7 +387,7 @@ var Top = feed.Key{PublishTime: maxTime, ContentID: maxID}
 // verification tools, not request paths.
 func (s *Store) InboxKeys(ctx context.Context, userID uint64) ([]feed.Post, error) {
 	var out []feed.Post
-	err := sqlx.SelectContext(ctx, s.ShardOf(userID).DB, &out, `SELECT content_id, author_id, publish_time, kind FROM inbox
+	err := sqlx.SelectContext(ctx, s.ShardOf(userID).pool(ctx), &out, `SELECT content_id, author_id, publish_time, kind FROM inbox
 WHERE user_id = ? AND publish_time < 9223372036854775807 ORDER BY publish_time DESC, content_id DESC`, userID)
 	if err != nil {
 		return nil, fmt.Errorf("store: inbox keys: %w", err)

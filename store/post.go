@@ -51,11 +51,11 @@ func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored
 		registry = s.ShardOf(p.ContentID)
 	}
 	if registry != nil && registry != home {
-		if err := claimContentID(ctx, registry.DB, p, now); err != nil {
+		if err := claimContentID(ctx, registry.pool(ctx), p, now); err != nil {
 			return stored, false, wrap("publish post", err)
 		}
 	}
-	err = inTx(ctx, home.DB, func(tx *sqlx.Tx) error {
+	err = inTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
 		if registry == home {
 			if err := claimContentID(ctx, tx, p, now); err != nil {
 				return err
@@ -139,7 +139,7 @@ const retractTasksSQL = `UPDATE fanout_tasks SET claim_token = IF(done = 1, 0, c
 //
 // Returns ENOTFOUND if the author never published contentID.
 func (s *Store) DeletePost(ctx context.Context, authorID, contentID uint64) error {
-	err := inTx(ctx, s.ShardOf(authorID).DB, func(tx *sqlx.Tx) error {
+	err := inTx(ctx, s.ShardOf(authorID).pool(ctx), func(tx *sqlx.Tx) error {
 		var row postRow
 		err := sqlx.GetContext(ctx, tx, &row, lockPostSQL, contentID)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && row.AuthorID != authorID) {
@@ -178,7 +178,7 @@ func (s *Store) DeletePost(ctx context.Context, authorID, contentID uint64) erro
 // Returns ENOTFOUND if it does not exist, belongs to another author or was deleted.
 func (s *Store) GetPost(ctx context.Context, authorID, contentID uint64) (feed.Post, error) {
 	var row postRow
-	err := sqlx.GetContext(ctx, s.ShardOf(authorID).DB, &row, getPostSQL, contentID)
+	err := sqlx.GetContext(ctx, s.ShardOf(authorID).pool(ctx), &row, getPostSQL, contentID)
 	if errors.Is(err, sql.ErrNoRows) || (err == nil && (row.AuthorID != authorID || row.Deleted)) {
 		return feed.Post{}, feed.Errorf(feed.ENOTFOUND, "post %d of user %d not found", contentID, authorID)
 	}
@@ -192,7 +192,7 @@ ORDER BY publish_time DESC, content_id DESC LIMIT ?`
 // ListPosts returns up to limit live posts of the author older than before, newest first.
 func (s *Store) ListPosts(ctx context.Context, authorID uint64, before feed.Key, limit int) ([]feed.Post, error) {
 	var posts []feed.Post
-	err := sqlx.SelectContext(ctx, s.ShardOf(authorID).DB, &posts, listPostsSQL,
+	err := sqlx.SelectContext(ctx, s.ShardOf(authorID).pool(ctx), &posts, listPostsSQL,
 		authorID, before.PublishTime, before.PublishTime, before.ContentID, limit)
 	return posts, wrap("list posts", err)
 }
@@ -236,7 +236,7 @@ func (s *Store) PullPosts(ctx context.Context, sources []PullSource, limit int) 
 			}
 			var posts []feed.Post
 			q := strings.Join(parts, " UNION ALL ")
-			if err := sqlx.SelectContext(ctx, sh.DB, &posts, q, args...); err != nil {
+			if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, q, args...); err != nil {
 				return nil, queries, wrap("pull posts", err)
 			}
 			queries++
@@ -257,6 +257,6 @@ func (s *Store) DeletedPosts(ctx context.Context, authorID uint64, ids []uint64)
 		return nil, err
 	}
 	var out []uint64
-	err = sqlx.SelectContext(ctx, s.ShardOf(authorID).DB, &out, q, args...)
+	err = sqlx.SelectContext(ctx, s.ShardOf(authorID).pool(ctx), &out, q, args...)
 	return out, wrap("deleted posts", err)
 }

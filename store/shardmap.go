@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"crypto/cipher"
 	"crypto/des"
 	"encoding/binary"
@@ -20,8 +21,16 @@ import (
 // between databases and never re-hashes an id.
 const DefaultVirtualShards = 1024
 
-// DefaultMaxOpenConns bounds each database pool unless sharding.yaml says otherwise.
-const DefaultMaxOpenConns = 32
+// Default pool sizes per database and process, unless sharding.yaml says
+// otherwise. Reads get the most: a page holds its connection for about a
+// millisecond, and readers are most of the traffic. Workers need more than
+// --worker-concurrency (a fan-out batch holds a connection of its author's
+// database while it takes one of each recipient's).
+const (
+	DefaultReadConns    = 16
+	DefaultWriteConns   = 8
+	DefaultWorkersConns = 16
+)
 
 // ShardMap is sharding.yaml: the databases and which virtual shards each owns.
 type ShardMap struct {
@@ -35,8 +44,25 @@ type ShardMap struct {
 
 // DatabaseConfig is one MySQL server (or schema) holding some virtual shards.
 type DatabaseConfig struct {
-	DSN          string `yaml:"dsn"`
-	MaxOpenConns int    `yaml:"max_open_conns"`
+	DSN         string      `yaml:"dsn"`
+	Connections Connections `yaml:"connections"`
+}
+
+// Connections sizes a database's pools, one per Class, in connections each
+// feedd process opens at most; zero means the default.
+type Connections struct {
+	Read    int `yaml:"read"`
+	Write   int `yaml:"write"`
+	Workers int `yaml:"workers"`
+}
+
+// sizes returns the pool size of every class, defaults applied.
+func (c Connections) sizes() [numClasses]int {
+	var n [numClasses]int
+	n[Reads] = cmp.Or(c.Read, DefaultReadConns)
+	n[Writes] = cmp.Or(c.Write, DefaultWriteConns)
+	n[Workers] = cmp.Or(c.Workers, DefaultWorkersConns)
+	return n
 }
 
 // RangeConfig maps the inclusive virtual shard range "first-last" (or a single
@@ -107,8 +133,8 @@ func (m *ShardMap) assignments() ([]string, error) {
 		if db.DSN == "" {
 			return nil, fmt.Errorf("sharding: database %q has no dsn", name)
 		}
-		if db.MaxOpenConns < 0 {
-			return nil, fmt.Errorf("sharding: database %q: max_open_conns must be >= 0", name)
+		if c := db.Connections; c.Read < 0 || c.Write < 0 || c.Workers < 0 {
+			return nil, fmt.Errorf("sharding: database %q: connections must be >= 0", name)
 		}
 	}
 	owner := make([]string, n)

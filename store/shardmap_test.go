@@ -31,7 +31,7 @@ ranges:
 			yaml: `
 virtual_shards: 4
 databases:
-  a: {dsn: "u@tcp(a:3306)/feed", max_open_conns: 10}
+  a: {dsn: "u@tcp(a:3306)/feed", connections: {read: 10, workers: 6}}
   b: {dsn: "u@tcp(b:3306)/feed"}
 ranges:
   - {vshards: "0", database: a}
@@ -95,17 +95,17 @@ ranges: [{vshards: "0-1", database: a}]`,
 			name: "database without dsn",
 			yaml: `
 virtual_shards: 2
-databases: {a: {max_open_conns: 3}}
+databases: {a: {connections: {read: 3}}}
 ranges: [{vshards: "0-1", database: a}]`,
 			wantErr: `database "a" has no dsn`,
 		},
 		{
-			name: "negative max_open_conns",
+			name: "negative connections",
 			yaml: `
 virtual_shards: 2
-databases: {a: {dsn: x, max_open_conns: -1}}
+databases: {a: {dsn: x, connections: {write: -1}}}
 ranges: [{vshards: "0-1", database: a}]`,
-			wantErr: "max_open_conns must be >= 0",
+			wantErr: "connections must be >= 0",
 		},
 		{
 			name:    "no databases",

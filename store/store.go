@@ -25,16 +25,19 @@ import (
 // Every transaction runs on exactly one Shard.
 type Shard struct {
 	Name string
-	DB   *sqlx.DB
-	dsn  string
+	// DB is the pool of the Workers class, which statements of a context
+	// naming no class use.
+	DB    *sqlx.DB
+	pools [numClasses]*sqlx.DB
+	dsn   string
 	// conn opens DB's connections; closing it closes its kill pool.
 	conn *killConnector
 
 	mu sync.Mutex // guards feedPage
-	// feedPage holds the hot reads, feedPageSQL and feedPagePullSQL,
-	// prepared once per connection: an unprepared query with arguments
-	// costs three round trips (prepare, execute, close).
-	feedPage  [2]*sqlx.Stmt
+	// feedPage holds the hot reads, feedPageSQL and feedPagePullSQL, per
+	// class, prepared once per connection: an unprepared query with
+	// arguments costs three round trips (prepare, execute, close).
+	feedPage  [numClasses][2]*sqlx.Stmt
 	pullHints pullHints
 
 	health shardHealth
@@ -71,8 +74,8 @@ func Open(m *ShardMap) (*Store, error) {
 	return s, nil
 }
 
-// openShard opens a shard's pool, whose statements are killed on the server
-// when their context ends (killConnector).
+// openShard opens a shard's pools, one per Class, whose statements are
+// killed on the server when their context ends (killConnector).
 func openShard(name string, cfg DatabaseConfig) (*Shard, error) {
 	mc, err := parseDSN(cfg.DSN)
 	if err != nil {
@@ -82,15 +85,15 @@ func openShard(name string, cfg DatabaseConfig) (*Shard, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := sqlx.NewDb(sql.OpenDB(conn), "mysql")
-	maxOpen := cfg.MaxOpenConns
-	if maxOpen == 0 {
-		maxOpen = DefaultMaxOpenConns
+	sh := &Shard{Name: name, dsn: mc.FormatDSN(), conn: conn}
+	for c, n := range cfg.Connections.sizes() {
+		db := sqlx.NewDb(sql.OpenDB(conn), "mysql")
+		db.SetMaxOpenConns(n)
+		db.SetMaxIdleConns(n)
+		db.SetConnMaxIdleTime(5 * time.Minute)
+		sh.pools[c] = db
 	}
-	db.SetMaxOpenConns(maxOpen)
-	db.SetMaxIdleConns(maxOpen)
-	db.SetConnMaxIdleTime(5 * time.Minute)
-	sh := &Shard{Name: name, DB: db, dsn: mc.FormatDSN(), conn: conn}
+	sh.DB = sh.pools[Workers]
 	sh.health.set(StateUnknown, nil)
 	return sh, nil
 }
@@ -116,12 +119,17 @@ func parseDSN(dsn string) (*mysql.Config, error) {
 func (s *Store) Close() error {
 	var errs []error
 	for _, sh := range s.shards {
-		for _, st := range sh.feedPage {
-			if st != nil {
-				errs = append(errs, st.Close())
+		for _, stmts := range sh.feedPage {
+			for _, st := range stmts {
+				if st != nil {
+					errs = append(errs, st.Close())
+				}
 			}
 		}
-		errs = append(errs, sh.DB.Close(), sh.conn.Close())
+		for _, db := range sh.pools {
+			errs = append(errs, db.Close())
+		}
+		errs = append(errs, sh.conn.Close())
 	}
 	return errors.Join(errs...)
 }

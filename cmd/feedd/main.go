@@ -210,11 +210,19 @@ func (m *Main) Addr() string {
 	return m.listener.Addr().String()
 }
 
-// Close stops in order: the HTTP server finishes requests in flight, the
-// workers stop claiming and finish their batches, then the pools close.
+// Close stops in order: /readyz turns 503 while requests are still served
+// for the drain delay, the HTTP server closes its listener and finishes
+// requests in flight, the workers stop claiming, finish their batches and
+// release their claims, then the pools close.
 func (m *Main) Close() error {
 	var errs []error
+	serving := m.store != nil
 	if m.echo != nil {
+		// Load balancers see /readyz fail and stop sending requests while
+		// they are still served; then the listener closes.
+		m.svc.Drain()
+		m.Log.Info("feedd: draining", "drain_delay", m.Config.DrainDelay.String())
+		time.Sleep(m.Config.DrainDelay)
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		errs = append(errs, m.echo.Shutdown(ctx))
 		cancel()
@@ -237,5 +245,9 @@ func (m *Main) Close() error {
 		errs = append(errs, m.store.Close())
 		m.store = nil
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if serving && m.Command == "serve" {
+		m.Log.Info("feedd: stopped", "error", err)
+	}
+	return err
 }

@@ -27,10 +27,19 @@ type Config struct {
 	// gets 503 and the statement is killed on the server.
 	ReadDeadline  time.Duration
 	WriteDeadline time.Duration
-	LogFormat     string
-	LogLevel      string
-	Service       service.Config
+	// DrainDelay is how long a stopping process keeps serving with /readyz
+	// at 503, so load balancers take it out before its listener closes.
+	DrainDelay time.Duration
+	LogFormat  string
+	LogLevel   string
+	Service    service.Config
 }
+
+// DrainDelayDefault covers a load balancer's readiness checks: Kubernetes
+// probes every 10 s by default and stops routing after one failure when
+// failureThreshold is 1, so the delay should be at least the probe period
+// (set periodSeconds and this together; 5 s suits a 5 s period).
+const DrainDelayDefault = 5 * time.Second
 
 // DefaultConfig returns the contract's defaults.
 func DefaultConfig() Config {
@@ -42,6 +51,7 @@ func DefaultConfig() Config {
 		SoftStop:      service.SoftStopTimeoutDefault,
 		ReadDeadline:  httpapi.ReadDeadlineDefault,
 		WriteDeadline: httpapi.WriteDeadlineDefault,
+		DrainDelay:    DrainDelayDefault,
 		LogFormat:     "text",
 		LogLevel:      "info",
 		Service:       service.DefaultConfig(),
@@ -63,6 +73,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Workers, "workers", c.Workers, "serve: run the fan-out workers")
 	fs.DurationVar(&c.ReadDeadline, "read-deadline", c.ReadDeadline, "deadline of a GET or HEAD request; past it 503")
 	fs.DurationVar(&c.WriteDeadline, "write-deadline", c.WriteDeadline, "deadline of a POST, PUT or DELETE request; past it 503")
+	fs.DurationVar(&c.DrainDelay, "drain-delay", c.DrainDelay, "on SIGTERM, how long to serve with /readyz at 503 before the listener closes")
 	fs.DurationVar(&c.SoftStop, "soft-stop", c.SoftStop, "on shutdown, how long batches in flight may finish")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
@@ -115,6 +126,9 @@ func (c *Config) parse(name string, args []string, stderr io.Writer) error {
 	}
 	if c.ReadDeadline <= 0 || c.WriteDeadline <= 0 {
 		return fmt.Errorf("read deadline and write deadline must be > 0")
+	}
+	if c.DrainDelay < 0 {
+		return fmt.Errorf("drain delay must be >= 0")
 	}
 	return c.Service.Validate()
 }

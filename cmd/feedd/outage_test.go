@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,7 +121,8 @@ func TestWriteStall(t *testing.T) {
 	// Nothing piles up: requests and connections return to rest.
 	waitFor(t, "no request in flight but this scrape, no connection in use", func() bool {
 		return metricValue(t, base, `feed_http_requests_in_flight`) == 1 &&
-			metricValue(t, base, `feed_db_connections{database="main",state="in_use"}`) == 0
+			metricValue(t, base, `feed_db_connections{class="reads",database="main",state="in_use"}`) == 0 &&
+			metricValue(t, base, `feed_db_connections{class="writes",database="main",state="in_use"}`) == 0
 	})
 	if strings.Contains(log.String(), "http: internal error") || strings.Contains(log.String(), "context canceled") {
 		t.Errorf("the stall was logged as a server fault:\n%s", log.String())
@@ -207,4 +209,92 @@ func TestDatabaseDown(t *testing.T) {
 		page, err := c.Feed(ctx, user, 10, "")
 		return err == nil && len(page.Items) == 1 && page.Items[0].ContentID == "10"
 	})
+}
+
+// TestReadsDuringWriteStall holds FLUSH TABLES WITH READ LOCK while 60
+// publishes and every worker wait for it: feed reads, which the lock
+// allows, keep answering within their deadline because they have
+// connections of their own; after UNLOCK the publishes, retried, are each
+// delivered exactly once.
+func TestReadsDuringWriteStall(t *testing.T) {
+	t.Parallel()
+	srv := storetest.StartServer(t)
+	m, _ := startMain(t, "serve", "--mysql-dsn", srv.DSN+"feed", "--http-addr", "127.0.0.1:0",
+		"--poll-interval", "20ms", "--read-deadline", "1s", "--write-deadline", "2s")
+	base := "http://" + m.Addr()
+	c := client.New(base, "", &http.Client{Timeout: 20 * time.Second})
+	ctx := t.Context()
+	const authors, readers, publishes = 3, 10, 60
+	for r := range readers {
+		for a := range authors {
+			must(t, c.Follow(ctx, uint64(100+r), uint64(900+a)))
+		}
+	}
+	post := func(i int) (uint64, client.PublishRequest) {
+		return uint64(900 + i%authors), client.PublishRequest{ContentID: strconv.Itoa(1000 + i), PublishTime: int64(1_000_000 + i)}
+	}
+	for i := range 6 { // acknowledged before the stall
+		a, p := post(i)
+		if _, _, err := c.Publish(ctx, a, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	admin, err := sql.Open("mysql", srv.DSN)
+	must(t, err)
+	defer admin.Close()
+	lock, err := admin.Conn(ctx)
+	must(t, err)
+	defer lock.Close()
+	_, err = lock.ExecContext(ctx, "FLUSH TABLES WITH READ LOCK")
+	must(t, err)
+	defer lock.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES")
+
+	results := make(chan error, publishes)
+	for i := 6; i < 6+publishes; i++ {
+		go func() {
+			a, p := post(i)
+			_, _, err := c.Publish(ctx, a, p)
+			results <- err
+		}()
+	}
+	waitFor(t, "workers and publishes waiting for the lock", func() bool {
+		var n int
+		must(t, admin.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
+			WHERE DB = 'feed' AND STATE LIKE 'Waiting for %lock%' AND INFO NOT LIKE '%health%'`).Scan(&n))
+		return n >= 8
+	})
+	for r := range readers {
+		if _, err := c.Feed(ctx, uint64(100+r), 20, ""); err != nil {
+			t.Fatalf("feed read during the write stall: %v", err)
+		}
+	}
+	for range publishes {
+		wantAPIError(t, <-results, http.StatusServiceUnavailable, "unavailable")
+	}
+	_, err = lock.ExecContext(ctx, "UNLOCK TABLES")
+	must(t, err)
+
+	for i := 6; i < 6+publishes; i++ {
+		a, p := post(i)
+		if _, _, err := c.Publish(ctx, a, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := make([]string, 0, 6+publishes)
+	for i := 6 + publishes - 1; i >= 0; i-- {
+		want = append(want, strconv.Itoa(1000+i))
+	}
+	for r := range readers {
+		waitFor(t, "every post in every feed, once", func() bool {
+			var got []string
+			for p, err := range client.All(ctx, 100, func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
+				return c.Feed(ctx, uint64(100+r), limit, cursor)
+			}) {
+				must(t, err)
+				got = append(got, p.ContentID)
+			}
+			return slices.Equal(got, want)
+		})
+	}
 }

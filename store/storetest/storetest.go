@@ -134,7 +134,7 @@ type Options struct {
 	// (0 means 1). They live on the same server, which is enough to run every
 	// cross-shard path: each is its own pool and its own transactions.
 	Shards int
-	// MaxOpenConns per shard; 0 means 8.
+	// MaxOpenConns sizes each class's pool of every shard; 0 means 8.
 	MaxOpenConns int
 	// Vars are server variables every connection sets (go-sql-driver sends
 	// DSN parameters it does not know as SET name=value).
@@ -178,7 +178,8 @@ func NewShardMap(t testing.TB, opt Options) *store.ShardMap {
 			}
 			cfg.Params[k] = v
 		}
-		m.Databases[name] = store.DatabaseConfig{DSN: cfg.FormatDSN(), MaxOpenConns: conns}
+		m.Databases[name] = store.DatabaseConfig{DSN: cfg.FormatDSN(),
+			Connections: store.Connections{Read: conns, Write: conns, Workers: conns}}
 		last := (i+1)*per - 1
 		if i == n-1 {
 			last = store.DefaultVirtualShards - 1
