@@ -69,4 +69,7 @@ type Delivery struct {
 	Mode       string
 	Recipients int64
 	Delivered  int64
+	// PendingDatabases names the databases whose followers still wait for
+	// the post because the database is not up.
+	PendingDatabases []string
 }

@@ -104,10 +104,11 @@ func (a *api) listPosts(c echo.Context) error {
 }
 
 type deliveryJSON struct {
-	State      string `json:"state"`
-	Mode       string `json:"mode"`
-	Recipients int64  `json:"recipients"`
-	Delivered  int64  `json:"delivered"`
+	State            string   `json:"state"`
+	Mode             string   `json:"mode"`
+	Recipients       int64    `json:"recipients"`
+	Delivered        int64    `json:"delivered"`
+	PendingDatabases []string `json:"pending_databases,omitempty"`
 }
 
 func (a *api) getDelivery(c echo.Context) error {
@@ -119,7 +120,8 @@ func (a *api) getDelivery(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, deliveryJSON{State: d.State, Mode: d.Mode, Recipients: d.Recipients, Delivered: d.Delivered})
+	return c.JSON(http.StatusOK, deliveryJSON{State: d.State, Mode: d.Mode, Recipients: d.Recipients, Delivered: d.Delivered,
+		PendingDatabases: d.PendingDatabases})
 }
 
 func (a *api) follow(c echo.Context) error {

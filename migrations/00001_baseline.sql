@@ -49,8 +49,9 @@ CREATE TABLE IF NOT EXISTS deliveries (
 
 CREATE TABLE IF NOT EXISTS fanout_tasks (
     content_id    BIGINT UNSIGNED NOT NULL,
-    seq           INT             NOT NULL COMMENT 'task number within the delivery, in user_id order',
+    seq           INT             NOT NULL COMMENT 'task number within the delivery, in user_id order, then target',
     author_id     BIGINT UNSIGNED NOT NULL,
+    target        VARCHAR(64)     NOT NULL COMMENT 'the database (its name in the shard map) whose inboxes the task writes: one task per range and database, so an unreachable database holds back only its own share',
     publish_time  BIGINT          NOT NULL COMMENT 'copied from the delivery',
     kind          VARCHAR(32)     NOT NULL COMMENT 'copied from the delivery',
     mode          TINYINT         NOT NULL COMMENT 'the delivery mode: 0 push, 1 push_active, 2 pull',
@@ -66,7 +67,7 @@ CREATE TABLE IF NOT EXISTS fanout_tasks (
     PRIMARY KEY (content_id, seq),
     KEY idx_fanout_tasks_claim (done, claimed_until)
 ) ENGINE = InnoDB DEFAULT CHARSET = ascii
-  COMMENT 'author-keyed: resumable fan-out sub-tasks of a delivery over follower ranges, deleted when the delivery is done';
+  COMMENT 'author-keyed: resumable fan-out sub-tasks of a delivery, one per follower range and target database, deleted when the delivery is done';
 
 CREATE TABLE IF NOT EXISTS followers (
     author_id   BIGINT UNSIGNED NOT NULL,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -85,7 +86,7 @@ func publishAll(t testing.TB, h *harness, posts []feed.Post) {
 // wantDelivery checks a post's delivery status.
 func wantDelivery(t testing.TB, h *harness, author, id uint64, want feed.Delivery) {
 	t.Helper()
-	if got := h.delivery(t, author, id); got != want {
+	if got := h.delivery(t, author, id); !reflect.DeepEqual(got, want) {
 		t.Fatalf("delivery of %d: %+v, want %+v", id, got, want)
 	}
 }

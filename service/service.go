@@ -26,6 +26,8 @@ type Service struct {
 	cache *outboxCache
 	// draining is set once the process is stopping (Drain).
 	draining atomic.Bool
+	// targets bounds the fan-out batches writing to each database.
+	targets *targetGate
 }
 
 // New returns a Service. now is the clock (time.Now outside tests).
@@ -36,7 +38,8 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 	if err := checkPools(st, cfg.Workers); err != nil {
 		return nil, err
 	}
-	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup()}
+	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup(),
+		targets: newTargetGate(cfg.Workers)}
 	m.watchPools(st)
 	if cfg.PullCacheTTL > 0 {
 		s.cache = newOutboxCache(cfg.PullCacheTTL)

@@ -206,7 +206,9 @@ func (s *Service) planDeliveries(work context.Context, sh *store.Shard) (int, er
 	}
 	opt := store.PlanOptions{TaskSize: s.cfg.TaskSize, PullOnly: s.cfg.ActiveDays == 0}
 	err = each(jobs, s.cfg.Workers, func(job store.DeliveryJob) error {
-		res, err := s.store.PlanDelivery(work, job, opt)
+		pctx, cancel := s.stepContext(work)
+		defer cancel()
+		res, err := s.store.PlanDelivery(pctx, job, opt)
 		if errors.Is(err, store.ErrLostClaim) {
 			return nil
 		} else if err != nil {
@@ -241,11 +243,15 @@ func modeName(mode int) string {
 // runTasks claims one fan-out sub-task with its first batch and runs its
 // other batches to the end. A stop request ends it between batches; the
 // task is then released and the next claimant resumes from its progress
-// mark.
+// mark. Tasks whose target database is down, or busy with as many batches
+// as it may hold (targetGate), are left for later: a database that fails
+// holds back its own followers' share only.
 func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, error) {
 	now, _ := s.lease()
 	start := time.Now()
-	t, res, err := s.store.RunNextTask(work, sh, now, rand.Uint64(), s.batchOptions())
+	bctx, cancel := s.stepContext(work)
+	t, res, err := s.store.RunNextTask(bctx, sh, now, rand.Uint64(), s.batchOptions())
+	cancel()
 	if err != nil || t == nil {
 		return 0, err
 	}
@@ -260,7 +266,9 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 			return 1, s.store.ReleaseTask(rctx, t)
 		}
 		start = time.Now()
-		res, err = s.store.RunTaskBatch(work, t, s.batchOptions())
+		bctx, cancel := s.stepContext(work)
+		res, err = s.store.RunTaskBatch(bctx, t, s.batchOptions())
+		cancel()
 		if err != nil {
 			// The batch rolled back (its other-shard writes may have
 			// committed; a replay repeats them harmlessly). Give the task
@@ -284,10 +292,67 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 func (s *Service) batchOptions() store.BatchOptions {
 	_, until := s.lease()
 	return store.BatchOptions{
-		Size:        s.cfg.BatchSize,
-		ActiveAfter: s.now().Add(-s.activeWindow()).UnixMilli(),
-		LeaseUntil:  until,
+		Size:          s.cfg.BatchSize,
+		ActiveAfter:   s.now().Add(-s.activeWindow()).UnixMilli(),
+		LeaseUntil:    until,
+		Skip:          s.targets.skip(s.store.Shards()),
+		Enter:         s.targets.enter,
+		TargetTimeout: targetWriteTimeout,
 	}
+}
+
+// targetWriteTimeout bounds a batch's write to another database than the
+// author's: a push of a thousand rows takes well under a second, so a write
+// this slow is waiting for a database that hangs, and the task is left for
+// when it answers.
+const targetWriteTimeout = 5 * time.Second
+
+// stepContext bounds one step of a worker (a batch, a plan, a follow event)
+// by the lease: a step that outlives its lease has lost its claim anyway,
+// and a database that hangs holds the worker no longer than that.
+func (s *Service) stepContext(work context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(work, s.cfg.Lease)
+}
+
+// targetGate bounds the fan-out batches of this process writing to each
+// database at once, so that one that hangs holds at most that many workers
+// (until the batch's targetWriteTimeout) and the rest serve the others.
+type targetGate struct {
+	mu    sync.Mutex
+	limit int
+	busy  map[*store.Shard]int
+}
+
+func newTargetGate(workers int) *targetGate {
+	return &targetGate{limit: max(1, workers/2), busy: map[*store.Shard]int{}}
+}
+
+func (g *targetGate) enter(sh *store.Shard) (leave func(), ok bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.busy[sh] >= g.limit {
+		return nil, false
+	}
+	g.busy[sh]++
+	return func() {
+		g.mu.Lock()
+		g.busy[sh]--
+		g.mu.Unlock()
+	}, true
+}
+
+// skip names the databases whose tasks a worker should not claim now: down
+// as their probe last found them, or at the gate's limit.
+func (g *targetGate) skip(shards []*store.Shard) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []string
+	for _, sh := range shards {
+		if sh.Health().Unreachable() || g.busy[sh] >= g.limit {
+			out = append(out, sh.Name)
+		}
+	}
+	return out
 }
 
 // batchDone records a committed batch and samples its inboxes for trims.
@@ -337,9 +402,16 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) 
 		return 0, err
 	}
 	err = each(evs, s.cfg.Workers, func(ev store.FollowEvent) error {
+		if s.store.ShardOf(ev.AuthorID).Health().Unreachable() {
+			// Left claimed: it is taken up again when the lease ends,
+			// which spaces the retries while the author's database is down.
+			return nil
+		}
 		err := ctx.Err()
 		if err == nil {
-			err = s.applyFollowEvent(work, ev)
+			ectx, cancel := s.stepContext(work)
+			err = s.applyFollowEvent(ectx, ev)
+			cancel()
 		}
 		if err != nil {
 			rctx, cancel := releaseCtx(work)
@@ -415,7 +487,9 @@ func (s *Service) runSwitches(ctx, work context.Context, sh *store.Shard) (int, 
 	job := &jobs[0]
 	for ctx.Err() == nil {
 		_, until := s.lease()
-		done, err := s.store.RunSwitchBatch(work, job, s.cfg.BatchSize, until)
+		bctx, cancel := s.stepContext(work)
+		done, err := s.store.RunSwitchBatch(bctx, job, s.cfg.BatchSize, until)
+		cancel()
 		if errors.Is(err, store.ErrLostClaim) || done {
 			return 1, nil
 		} else if err != nil {

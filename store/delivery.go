@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math"
+	"strings"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -70,7 +73,7 @@ const authorModeSQL = `SELECT mode FROM authors WHERE author_id = ?`
 
 const streamFollowersSQL = `SELECT user_id FROM followers WHERE author_id = ? ORDER BY user_id`
 
-const insertTasksHead = `INSERT INTO fanout_tasks (content_id, seq, author_id, publish_time, kind, mode, retract, lo, hi, last_user)`
+const insertTasksHead = `INSERT INTO fanout_tasks (content_id, seq, author_id, target, publish_time, kind, mode, retract, lo, hi, last_user)`
 
 const finishPlanSQL = `UPDATE deliveries SET state = ?, mode = ?, recipients = ?, delivered = ?, tasks_left = ?, claim_token = 0, claimed_until = 0
 WHERE content_id = ? AND claim_token = ?`
@@ -78,12 +81,15 @@ WHERE content_id = ? AND claim_token = ?`
 // taskInsertChunk bounds the rows of one multi-row task insert.
 const taskInsertChunk = 500
 
-// PlanDelivery splits a claimed delivery into tasks of opt.TaskSize
-// followers each, in user_id order, in one transaction on the author's shard.
-// A pull-mode post (or one with no followers) needs no task and is done at
-// once, unless it is a retraction: that always sweeps the whole user range,
-// since a follow backfill, or a push to a follow not listed yet, may have
-// copied the post anywhere.
+// PlanDelivery splits a claimed delivery into ranges of opt.TaskSize
+// followers each, in user_id order, and each range into one task per
+// database holding some of its followers, in one transaction on the
+// author's shard: a database that is unreachable holds back its own tasks
+// only, and the others' followers get the post meanwhile. A pull-mode post
+// (or one with no followers) needs no task and is done at once, unless it
+// is a retraction: that always sweeps the whole user range on every
+// database, since a follow backfill, or a push to a follow not listed yet,
+// may have copied the post anywhere.
 //
 // Returns ErrLostClaim if the job's lease was taken over.
 func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptions) (PlanResult, error) {
@@ -112,7 +118,11 @@ func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptio
 				res.Mode = ModePull
 			}
 		}
-		var bounds []uint64 // hi of each task
+		var (
+			bounds  []uint64                // hi of each range
+			targets []map[*Shard]struct{}   // the databases of each range's followers
+			inRange = map[*Shard]struct{}{} // of the range being read
+		)
 		rows, err := tx.QueryContext(ctx, streamFollowersSQL, job.AuthorID)
 		if err != nil {
 			return err
@@ -124,8 +134,10 @@ func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptio
 				return err
 			}
 			res.Recipients++
+			inRange[s.ShardOf(last)] = struct{}{}
 			if res.Recipients%int64(opt.TaskSize) == 0 {
-				bounds = append(bounds, last)
+				bounds, targets = append(bounds, last), append(targets, inRange)
+				inRange = map[*Shard]struct{}{}
 			}
 		}
 		rows.Close()
@@ -142,28 +154,33 @@ func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptio
 				delivered = res.Recipients
 			}
 		} else {
-			// The last task is open-ended: followers that arrive later are
+			// The last range is open-ended: followers that arrive later are
 			// covered by their follow backfill, and the range stays total.
 			if len(bounds) == 0 || bounds[len(bounds)-1] != last {
-				bounds = append(bounds, last)
+				bounds, targets = append(bounds, last), append(targets, inRange)
 			}
 			bounds[len(bounds)-1] = math.MaxUint64
-			res.Tasks = len(bounds)
 			retract := 0
 			if d.Retract {
 				retract = 1
 			}
-			for start := 0; start < len(bounds); start += taskInsertChunk {
-				end := min(start+taskInsertChunk, len(bounds))
-				args := make([]any, 0, 10*(end-start))
-				for i := start; i < end; i++ {
-					lo := uint64(0)
-					if i > 0 {
-						lo = bounds[i-1]
-					}
-					args = append(args, job.ContentID, i, job.AuthorID, d.PublishTime, d.Kind, res.Mode, retract, lo, bounds[i], lo)
+			var args []any
+			for i, hi := range bounds {
+				lo := uint64(0)
+				if i > 0 {
+					lo = bounds[i-1]
 				}
-				if _, err := tx.ExecContext(ctx, multiRowInsert(insertTasksHead, 10, end-start, ""), args...); err != nil {
+				for _, sh := range s.shards {
+					if _, ok := targets[i][sh]; ok || d.Retract {
+						args = append(args, job.ContentID, res.Tasks, job.AuthorID, sh.Name, d.PublishTime, d.Kind, res.Mode, retract, lo, hi, lo)
+						res.Tasks++
+					}
+				}
+			}
+			const cols = 11
+			for start := 0; start < len(args); start += cols * taskInsertChunk {
+				chunk := args[start:min(start+cols*taskInsertChunk, len(args))]
+				if _, err := tx.ExecContext(ctx, multiRowInsert(insertTasksHead, cols, len(chunk)/cols, ""), chunk...); err != nil {
 					return err
 				}
 			}
@@ -178,11 +195,13 @@ func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptio
 // own it now: the worker must drop the row without writing.
 var ErrLostClaim = errors.New("store: claim lost")
 
-// Task is a claimed fan-out sub-task: followers in (Lo, Hi] of one post.
+// Task is a claimed fan-out sub-task: the followers in (Lo, Hi] of one post
+// whose inboxes live on the database named Target.
 type Task struct {
 	ContentID   uint64 `db:"content_id"`
 	Seq         int    `db:"seq"`
 	AuthorID    uint64 `db:"author_id"`
+	Target      string `db:"target"`
 	PublishTime int64  `db:"publish_time"`
 	Kind        string `db:"kind"`
 	Mode        int    `db:"mode"`
@@ -195,7 +214,7 @@ type Task struct {
 
 var taskClaims = claimTable{
 	table: "fanout_tasks",
-	cols:  "content_id, seq, author_id, publish_time, kind, mode, retract, lo, hi, last_user",
+	cols:  "content_id, seq, author_id, target, publish_time, kind, mode, retract, lo, hi, last_user",
 	key:   []string{"content_id", "seq"},
 	ready: "done = 0",
 }
@@ -206,9 +225,15 @@ func (j *Task) claimKey() []any { return []any{j.ContentID, j.Seq} }
 // its first batch: no other worker can start it meanwhile (they skip the
 // row), and a worker that dies mid-batch frees it with its connection. A
 // task the batch does not finish leaves with a lease (claim_token,
-// claimed_until) for its next batches.
-var nextTaskSQL = "SELECT " + taskClaims.cols + " FROM fanout_tasks WHERE " + taskClaims.ready +
-	" AND claimed_until < ? ORDER BY claimed_until LIMIT 1 FOR UPDATE SKIP LOCKED"
+// claimed_until) for its next batches. skip targets are left out: those of
+// databases that are down or busy with as many batches as they may take.
+func nextTaskSQL(skip int) string {
+	q := "SELECT " + taskClaims.cols + " FROM fanout_tasks WHERE " + taskClaims.ready + " AND claimed_until < ?"
+	if skip > 0 {
+		q += " AND target NOT IN (?" + strings.Repeat(",?", skip-1) + ")"
+	}
+	return q + " ORDER BY claimed_until LIMIT 1 FOR UPDATE SKIP LOCKED"
+}
 
 const followersPageSQL = `SELECT user_id FROM followers WHERE author_id = ? AND user_id > ? AND user_id <= ? ORDER BY user_id LIMIT ?`
 
@@ -296,11 +321,24 @@ type BatchOptions struct {
 	Size        int   // followers per batch
 	ActiveAfter int64 // push_active: users who read at or after this time (ms)
 	LeaseUntil  int64 // the lease is extended to this with the progress mark
+	// Skip names databases whose tasks RunNextTask leaves alone.
+	Skip []string
+	// Enter, if set, admits a batch to write to another database than the
+	// author's; false refuses it (ErrTargetBusy). leave is called when the
+	// write is over. It bounds the workers one slow database can hold.
+	Enter func(target *Shard) (leave func(), ok bool)
+	// TargetTimeout bounds a batch's write to another database than the
+	// author's (0: none), so a database that hangs holds a worker that long.
+	TargetTimeout time.Duration
 }
+
+// ErrTargetBusy means a batch was not admitted to its target database
+// (BatchOptions.Enter): it wrote nothing, and the task is left for later.
+var ErrTargetBusy = errors.New("store: target database busy")
 
 // BatchResult reports one batch.
 type BatchResult struct {
-	Users    []uint64 // followers processed
+	Users    []uint64 // followers processed on the task's target
 	Written  int64    // inbox rows added or removed
 	TaskDone bool
 	mark     uint64 // the progress mark after the batch
@@ -317,7 +355,11 @@ func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uin
 	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
 		var ready []Task
 		t, res = nil, BatchResult{}
-		if err := sqlx.SelectContext(ctx, tx, &ready, nextTaskSQL, now); err != nil || len(ready) == 0 {
+		args := []any{now}
+		for _, name := range opt.Skip {
+			args = append(args, name)
+		}
+		if err := sqlx.SelectContext(ctx, tx, &ready, nextTaskSQL(len(opt.Skip)), args...); err != nil || len(ready) == 0 {
 			return err
 		}
 		t = &ready[0]
@@ -326,7 +368,9 @@ func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uin
 		res, err = s.runBatch(ctx, tx, sh, t, opt, 1)
 		return err
 	})
-	if err != nil {
+	if errors.Is(err, ErrTargetBusy) {
+		return nil, BatchResult{}, nil // not claimed: the rollback freed the row
+	} else if err != nil {
 		return nil, BatchResult{}, wrap("run next task", err)
 	}
 	if t != nil {
@@ -363,12 +407,12 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 }
 
 // runBatch processes the next batch of t, whose row tx holds: it reads up
-// to opt.Size followers after the progress mark, adds the post to (or, for
-// a retraction, removes it from) the inboxes of the author's followers in
-// the range they span, shard by shard, and records the progress in tx, the
-// home shard's transaction. With one shard that is
-// a single transaction, so a crash at any instant loses and repeats
-// nothing; with several, the other shards' writes commit first and are
+// to opt.Size followers after the progress mark, and adds the post to (or,
+// for a retraction, removes it from) the inboxes of the author's followers
+// in the range they span on the task's target database, and records the
+// progress in tx, the home shard's transaction. When the target is the home
+// shard that is a single transaction, so a crash at any instant loses and
+// repeats nothing; otherwise the target's write commits first and is
 // idempotent, so a replay after a crash writes nothing twice. The held task
 // row also keeps a concurrent DeletePost waiting until the batch commits,
 // so the retraction it starts sweeps after these writes.
@@ -378,35 +422,43 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 // claimed is 1 when tx claimed the task (an attempt to count), else 0.
 func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task, opt BatchOptions, claimed int) (BatchResult, error) {
 	res := BatchResult{mark: t.LastUser}
+	target := s.byName[t.Target]
+	if target == nil {
+		return res, fmt.Errorf("task %d/%d targets database %q, which the shard map lacks", t.ContentID, t.Seq, t.Target)
+	}
 	// One follower more than the batch takes tells whether the task ends
 	// here, which spares it an empty batch just to find out.
-	if err := sqlx.SelectContext(ctx, tx, &res.Users, batchFollowersSQL, t.AuthorID, t.LastUser, t.Hi, opt.Size+1); err != nil {
+	var users []uint64
+	if err := sqlx.SelectContext(ctx, tx, &users, batchFollowersSQL, t.AuthorID, t.LastUser, t.Hi, opt.Size+1); err != nil {
 		return res, err
 	}
-	res.TaskDone = len(res.Users) <= opt.Size
-	res.Users = res.Users[:min(len(res.Users), opt.Size)]
-	if len(res.Users) > 0 {
-		res.mark = res.Users[len(res.Users)-1]
+	res.TaskDone = len(users) <= opt.Size
+	users = users[:min(len(users), opt.Size)]
+	if len(users) > 0 {
+		res.mark = users[len(users)-1]
+	}
+	for _, u := range users {
+		if s.ShardOf(u) == target {
+			res.Users = append(res.Users, u)
+		}
 	}
 	through := res.mark
 	if res.TaskDone {
 		through = t.Hi
 	}
-	for _, sh := range s.batchShards(t, res.Users) {
-		var n int64
+	// A push writes where the batch lists followers (a follower not listed
+	// yet gets the post from its follow backfill); a retraction sweeps its
+	// range on its target whatever the list says.
+	if len(res.Users) > 0 || t.Retract {
 		var err error
-		if sh == home {
-			n, err = writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
+		if target == home {
+			res.Written, err = writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
 		} else {
-			err = inTx(ctx, sh.pool(ctx), func(otx *sqlx.Tx) error {
-				n, err = writeInboxes(ctx, otx, t, through, opt.ActiveAfter)
-				return err
-			})
+			res.Written, err = s.writeTarget(ctx, target, t, through, opt)
 		}
 		if err != nil {
 			return res, err
 		}
-		res.Written += n
 	}
 	if _, err := tx.ExecContext(ctx, advanceTaskSQL, res.mark, len(res.Users), res.TaskDone, t.Token, opt.LeaseUntil,
 		claimed, t.ContentID, t.Seq); err != nil || !res.TaskDone {
@@ -426,22 +478,29 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 	return res, err
 }
 
-// batchShards returns the shards a batch of t writes on: for a push, those
-// of the followers it lists (a follower not listed yet gets the post from
-// its follow backfill); for a retraction every shard, since a push may have
-// reached a follower not listed yet.
-func (s *Store) batchShards(t *Task, users []uint64) []*Shard {
-	if t.Retract {
-		return s.shards
-	}
-	byShard := s.groupByShard(users)
-	out := make([]*Shard, 0, len(byShard))
-	for _, sh := range s.shards {
-		if _, ok := byShard[sh]; ok {
-			out = append(out, sh)
+// writeTarget runs a batch's inbox write on another database than the
+// author's, in its own transaction, admitted by opt.Enter and bounded by
+// opt.TargetTimeout.
+func (s *Store) writeTarget(ctx context.Context, target *Shard, t *Task, through uint64, opt BatchOptions) (int64, error) {
+	if opt.Enter != nil {
+		leave, ok := opt.Enter(target)
+		if !ok {
+			return 0, ErrTargetBusy
 		}
+		defer leave()
 	}
-	return out
+	if opt.TargetTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opt.TargetTimeout)
+		defer cancel()
+	}
+	var n int64
+	err := inTx(ctx, target.pool(ctx), func(tx *sqlx.Tx) error {
+		var err error
+		n, err = writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
+		return err
+	})
+	return n, err
 }
 
 // writeInboxes adds t's post to (or, for a retraction, removes it from) the
@@ -479,7 +538,10 @@ const deliveryStatusSQL = `SELECT state, mode, recipients, delivered FROM delive
 
 const tasksDeliveredSQL = `SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?`
 
-// GetDelivery reports the fan-out progress of a post.
+const tasksPendingSQL = `SELECT DISTINCT target FROM fanout_tasks WHERE content_id = ? AND done = 0 ORDER BY target`
+
+// GetDelivery reports the fan-out progress of a post, and which databases
+// that are not up (as their probes last found them) still wait for it.
 //
 // Returns ENOTFOUND if the author never published contentID.
 func (s *Store) GetDelivery(ctx context.Context, authorID, contentID uint64) (feed.Delivery, error) {
@@ -504,6 +566,15 @@ func (s *Store) GetDelivery(ctx context.Context, authorID, contentID uint64) (fe
 		d.State = feed.DeliveryRunning
 		if err := db.GetContext(ctx, &d.Delivered, tasksDeliveredSQL, contentID); err != nil {
 			return feed.Delivery{}, wrap("get delivery", err)
+		}
+		var targets []string
+		if err := db.SelectContext(ctx, &targets, tasksPendingSQL, contentID); err != nil {
+			return feed.Delivery{}, wrap("get delivery", err)
+		}
+		for _, name := range targets {
+			if sh := s.byName[name]; sh == nil || sh.Health().Unreachable() {
+				d.PendingDatabases = append(d.PendingDatabases, name)
+			}
 		}
 	default:
 		d.State = feed.DeliveryDone

@@ -97,12 +97,12 @@ func TestExplainRangeScans(t *testing.T) {
 			state, done, until, mode = 0, 0, 0, 1
 		}
 		deliveryRows = append(deliveryRows, []any{1000 + i, 1 + i%40, t0, "post", state, t0})
-		taskRows = append(taskRows, []any{1000 + i/4, i % 4, 1, t0, "post", 0, 0, 0, 0, done})
+		taskRows = append(taskRows, []any{1000 + i/4, i % 4, 1, sh.Name, t0, "post", 0, 0, 0, 0, done})
 		eventRows = append(eventRows, []any{1 + i%40, 1000 + i, t0, until})
 		authorRows = append(authorRows, []any{1000 + i, mode})
 	}
 	insertRows(t, sh.DB, "INSERT INTO deliveries (content_id, author_id, publish_time, kind, state, created_at)", deliveryRows)
-	insertRows(t, sh.DB, "INSERT INTO fanout_tasks (content_id, seq, author_id, publish_time, kind, mode, lo, hi, last_user, done)", taskRows)
+	insertRows(t, sh.DB, "INSERT INTO fanout_tasks (content_id, seq, author_id, target, publish_time, kind, mode, lo, hi, last_user, done)", taskRows)
 	insertRows(t, sh.DB, "INSERT INTO follow_events (user_id, author_id, created_at, claimed_until)", eventRows)
 	insertRows(t, sh.DB, "INSERT INTO authors (author_id, mode)", authorRows)
 	for _, tbl := range []string{"inbox", "posts", "followers", "following", "deliveries", "fanout_tasks", "follow_events", "authors"} {

@@ -20,7 +20,7 @@ const (
 )
 
 // NextTaskSQL is the query a worker's first batch claims a task with.
-var NextTaskSQL = nextTaskSQL
+var NextTaskSQL = nextTaskSQL(0)
 
 // Retryable says whether the store runs a transaction again after err.
 var Retryable = retryable

@@ -21,6 +21,10 @@ type Health struct {
 	Since time.Time // when it entered the state
 }
 
+// Unreachable says the last probe found the database down or behind the
+// schema: work for it waits. Before the first probe it is not.
+func (h Health) Unreachable() bool { return h.State == StateDown || h.State == StateOutdated }
+
 // shardHealth holds a shard's last probe result; probes run in the
 // background so that readiness answers at once whatever the database does.
 type shardHealth struct {

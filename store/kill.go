@@ -113,6 +113,9 @@ type killConn struct {
 	// killed is set once a kill was sent: the connection is not reused,
 	// since a late KILL QUERY could hit its next statement.
 	killed atomic.Bool
+	// detached, when set, is closed once a COMMIT or ROLLBACK its caller
+	// stopped waiting for has returned; closing the connection waits for it.
+	detached chan struct{}
 }
 
 // watch sends KILL QUERY for this connection if ctx ends before the
@@ -216,9 +219,33 @@ type killTx struct {
 	ctx  context.Context
 }
 
-func (t *killTx) Commit() error {
-	defer t.conn.watch(t.ctx)()
-	return t.raw.Commit()
-}
+func (t *killTx) Commit() error   { return t.end(t.raw.Commit) }
+func (t *killTx) Rollback() error { return t.end(t.raw.Rollback) }
 
-func (t *killTx) Rollback() error { return t.raw.Rollback() }
+// end runs COMMIT or ROLLBACK, which the driver sends without a context,
+// under the transaction's: past it the statement is killed, and the caller
+// stops waiting (a server that hangs answers neither it nor the kill). The
+// outcome of a commit cut off so is unknown; the caller's write is one
+// transaction, so it happened whole or not at all. The connection is not
+// reused.
+func (t *killTx) end(f func() error) error {
+	if t.ctx.Done() == nil {
+		return f()
+	}
+	stop := t.conn.watch(t.ctx)
+	done := make(chan struct{})
+	var err error
+	go func() {
+		defer close(done)
+		err = f()
+	}()
+	select {
+	case <-done:
+		stop()
+		return err
+	case <-t.ctx.Done():
+		t.conn.killed.Store(true)
+		t.conn.detached = done
+		return t.ctx.Err()
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -33,7 +34,7 @@ func TestPublishPost(t *testing.T) {
 		}
 		d, err := st.GetDelivery(t.Context(), 6, 60)
 		must(t, err)
-		if d != (feed.Delivery{State: feed.DeliveryPending, Mode: feed.ModePush}) {
+		if !reflect.DeepEqual(d, feed.Delivery{State: feed.DeliveryPending, Mode: feed.ModePush}) {
 			t.Errorf("delivery = %+v, want pending push", d)
 		}
 		if n := count(t, st.Shards()[0], "SELECT COUNT(*) FROM deliveries WHERE author_id = 6 AND state = 0"); n != 1 {

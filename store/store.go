@@ -47,6 +47,7 @@ type Shard struct {
 type Store struct {
 	shards []*Shard // sorted by name
 	owner  []*Shard // indexed by virtual shard
+	byName map[string]*Shard
 }
 
 // Open connects to every database of the map. It does not ping: use
@@ -56,8 +57,8 @@ func Open(m *ShardMap) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{owner: make([]*Shard, len(names))}
 	byName := map[string]*Shard{}
+	s := &Store{owner: make([]*Shard, len(names)), byName: byName}
 	for name, cfg := range m.Databases {
 		sh, err := openShard(name, cfg)
 		if err != nil {

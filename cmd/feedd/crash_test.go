@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -387,7 +388,7 @@ func TestCrashFanout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (feed.Delivery{State: feed.DeliveryDone, Mode: feed.ModePush, Recipients: int64(followers), Delivered: int64(followers)}); d != want {
+	if want := (feed.Delivery{State: feed.DeliveryDone, Mode: feed.ModePush, Recipients: int64(followers), Delivered: int64(followers)}); !reflect.DeepEqual(d, want) {
 		t.Fatalf("delivery = %+v, want %+v", d, want)
 	}
 	// Exactly the followers and the author hold the post, once each.

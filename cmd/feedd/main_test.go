@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -298,7 +299,7 @@ func checkSession(t *testing.T, c *client.Client, st *store.Store, reader, autho
 		if err != nil {
 			return err
 		}
-		if d != (client.Delivery{State: "done", Mode: "push", Recipients: 1, Delivered: 1}) {
+		if !reflect.DeepEqual(d, client.Delivery{State: "done", Mode: "push", Recipients: 1, Delivered: 1}) {
 			return fmt.Errorf("delivery %+v", d)
 		}
 		return nil
@@ -611,7 +612,7 @@ func TestSplitAPIAndWorkers(t *testing.T) {
 	}
 	eventually(t, 2*time.Second, "second delivery done", func() error {
 		d, err := c.Delivery(ctx, 20, id(p2.ContentID))
-		if err != nil || d != (client.Delivery{State: "done", Mode: "push", Recipients: 1, Delivered: 1}) {
+		if err != nil || !reflect.DeepEqual(d, client.Delivery{State: "done", Mode: "push", Recipients: 1, Delivered: 1}) {
 			return fmt.Errorf("delivery %+v, %v", d, err)
 		}
 		return nil
@@ -702,7 +703,7 @@ ranges:
 	}
 	eventually(t, 2*time.Second, "delivery done", func() error {
 		d, err := c.Delivery(ctx, star, id(p.ContentID))
-		if err != nil || d != (client.Delivery{State: "done", Mode: "push", Recipients: 6, Delivered: 6}) {
+		if err != nil || !reflect.DeepEqual(d, client.Delivery{State: "done", Mode: "push", Recipients: 6, Delivered: 6}) {
 			return fmt.Errorf("delivery %+v, %v", d, err)
 		}
 		return nil

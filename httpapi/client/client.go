@@ -58,10 +58,11 @@ type Follower struct {
 
 // Delivery is a post's fan-out progress.
 type Delivery struct {
-	State      string `json:"state"`
-	Mode       string `json:"mode"`
-	Recipients int64  `json:"recipients"`
-	Delivered  int64  `json:"delivered"`
+	State            string   `json:"state"`
+	Mode             string   `json:"mode"`
+	Recipients       int64    `json:"recipients"`
+	Delivered        int64    `json:"delivered"`
+	PendingDatabases []string `json:"pending_databases"`
 }
 
 // Error is an error response of the API.
