@@ -990,3 +990,52 @@ func waitCount(t *testing.T, sh *store.Shard, what string, ok func(n int) bool, 
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestFanoutPerTarget checks that a delivery's share of one database waits
+// without holding back the others': skipped targets and targets the gate
+// refuses are left ready, and run exactly once later.
+func TestFanoutPerTarget(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 2)
+	author := idOn(st, 0, 1)
+	home, other := st.Shards()[0], st.Shards()[1]
+	onHome, onOther := idsOn(st, 0, 100, 30), idsOn(st, 1, 100, 30)
+	planPost42(t, st, author, append(slices.Clone(onHome), onOther...), 20)
+
+	// The gate refuses the other database: its tasks are not claimed.
+	refuse := store.BatchOptions{Size: 7, Enter: func(*store.Shard) (func(), bool) { return nil, false }}
+	runAllTasks(t, st, t0, refuse)
+	// Skipping it outright leaves its tasks alone too.
+	runAllTasks(t, st, t0, store.BatchOptions{Size: 7, Skip: []string{other.Name}})
+	for _, u := range onHome {
+		if got := inbox(t, st, u); !slices.Equal(got, []uint64{42}) {
+			t.Fatalf("user %d on the author's database: inbox %v, want the post", u, got)
+		}
+	}
+	for _, u := range onOther {
+		if got := inbox(t, st, u); len(got) != 0 {
+			t.Fatalf("user %d on the skipped database: inbox %v, want nothing yet", u, got)
+		}
+	}
+	d, err := st.GetDelivery(t.Context(), author, 42)
+	must(t, err)
+	if d.State != feed.DeliveryRunning || d.Delivered != int64(len(onHome)) {
+		t.Errorf("delivery %+v, want running with the author's database's %d delivered", d, len(onHome))
+	}
+	if n := count(t, home, "SELECT COUNT(*) FROM fanout_tasks WHERE done = 0 AND target = ?", other.Name); n == 0 {
+		t.Fatal("no task waits for the other database")
+	}
+
+	// Once admitted, the rest goes out exactly once.
+	runAllTasks(t, st, t0, store.BatchOptions{Size: 7})
+	for _, u := range append(slices.Clone(onHome), onOther...) {
+		if got := inbox(t, st, u); !slices.Equal(got, []uint64{42}) {
+			t.Fatalf("user %d: inbox %v, want the post once", u, got)
+		}
+	}
+	d, err = st.GetDelivery(t.Context(), author, 42)
+	must(t, err)
+	if !reflect.DeepEqual(d, feed.Delivery{State: feed.DeliveryDone, Mode: feed.ModePush, Recipients: 60, Delivered: 60}) {
+		t.Errorf("delivery %+v, want done 60/60", d)
+	}
+}
