@@ -1,8 +1,8 @@
 -- The schema every shard carries. Each table lives on the shard of one key:
 -- author-keyed tables (posts, deliveries, fanout_tasks, followers, authors)
 -- on the author's shard, user-keyed tables (inbox, following, follow_events)
--- on the user's, content_ids on the shard of the content id, and health once
--- per database. A user id and the same number as an author id land on the
+-- on the user's, content_ids on the shard of the content id, and health and shard_map on
+-- every database. A user id and the same number as an author id land on the
 -- same shard. No query joins a user-keyed table to an author-keyed one.
 --
 -- Times are Unix milliseconds. The tables with a kind column are ascii
@@ -144,7 +144,16 @@ CREATE TABLE IF NOT EXISTS health (
 ) ENGINE = InnoDB
   COMMENT 'written by readiness probes to prove the database takes writes';
 
+CREATE TABLE IF NOT EXISTS shard_map (
+    epoch      BIGINT       NOT NULL COMMENT 'grows by one each time the layout changes',
+    layout     MEDIUMTEXT   NOT NULL COMMENT 'which database owns each virtual shard: virtual_shards, then first-last=database ranges',
+    adopted_at BIGINT       NOT NULL COMMENT 'Unix ms when the epoch was recorded here',
+    PRIMARY KEY (epoch)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
+  COMMENT 'the shard map in force, on every database: feedd refuses a sharding.yaml whose layout differs from the highest epoch';
+
 -- +goose Down
+DROP TABLE IF EXISTS shard_map;
 DROP TABLE IF EXISTS health;
 DROP TABLE IF EXISTS content_ids;
 DROP TABLE IF EXISTS follow_events;

@@ -206,6 +206,7 @@ func runTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 const (
 	errCheckRead       = 1020 // MariaDB innodb_snapshot_isolation: a locked row changed after the snapshot
 	errDupEntry        = 1062
+	errNoSuchTable     = 1146
 	errLockWaitTimeout = 1205
 	errDeadlock        = 1213
 )

@@ -143,13 +143,17 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.store = st
-	if m.Command == "migrate" {
-		return st.Migrate(ctx, m.Log)
-	}
-	if m.Config.AutoMigrate {
+	if m.Command == "migrate" || m.Config.AutoMigrate {
 		if err := st.Migrate(ctx, m.Log); err != nil {
 			return err
 		}
+	}
+	// The file must lay the data out as the databases say it is laid out.
+	if err := st.CheckLayout(ctx); err != nil {
+		return err
+	}
+	if m.Command == "migrate" {
+		return nil
 	}
 	return m.serve()
 }
