@@ -86,7 +86,7 @@ func (c *outboxCache) drop(author uint64) {
 // statements run. Lists from the cache share its arrays: read them only.
 func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit int) ([][]feed.Post, int, error) {
 	if s.cache == nil || len(sources) == 0 {
-		posts, n, err := s.store.PullPosts(ctx, sources, limit)
+		posts, n, err := s.pullPosts(ctx, sources, limit)
 		return [][]feed.Post{posts}, n, err
 	}
 	now := s.now()
@@ -107,7 +107,7 @@ func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit in
 		for i, src := range stale {
 			heads[i] = store.PullSource{AuthorID: src.AuthorID, Before: store.Top}
 		}
-		posts, n, err := s.store.PullPosts(ctx, heads, outboxCacheDepth)
+		posts, n, err := s.pullPosts(ctx, heads, outboxCacheDepth)
 		if err != nil {
 			return nil, queries, err
 		}
@@ -128,7 +128,7 @@ func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit in
 		}
 	}
 	if len(direct) > 0 {
-		posts, n, err := s.store.PullPosts(ctx, direct, limit)
+		posts, n, err := s.pullPosts(ctx, direct, limit)
 		if err != nil {
 			return nil, queries, err
 		}
@@ -136,4 +136,13 @@ func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit in
 		out = append(out, posts)
 	}
 	return out, queries, nil
+}
+
+// pullPosts reads the sources' outboxes; a page needs every one of them.
+func (s *Service) pullPosts(ctx context.Context, sources []store.PullSource, limit int) ([]feed.Post, int, error) {
+	p, err := s.store.PullPosts(ctx, sources, limit, 0)
+	if err == nil && len(p.Missing) > 0 {
+		err = p.Err
+	}
+	return p.Posts, p.Queries, err
 }

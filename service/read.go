@@ -85,7 +85,7 @@ func (s *Service) deepScroll(ctx context.Context, userID uint64, before feed.Key
 	for _, a := range append(authors, userID) {
 		sources = append(sources, store.PullSource{AuthorID: a, Before: before})
 	}
-	posts, n, err := s.store.PullPosts(ctx, sources, limit)
+	posts, n, err := s.pullPosts(ctx, sources, limit)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -715,9 +715,10 @@ func TestFeedDeletedPullPostsFillPages(t *testing.T) {
 	m.publishAll(t, h, posts)
 	m.deleteAll(t, h, gone)
 	// The pull reader's view of the author comes from the outbox alone.
-	live, n, err := h.store.PullPosts(context.Background(), []store.PullSource{{AuthorID: pull, Before: store.Top}}, 7)
-	if err != nil || n != 1 || len(live) != 7 {
-		t.Fatalf("PullPosts = %d posts, %d queries, %v; want 7 live posts in 1 query", len(live), n, err)
+	pulled, err := h.store.PullPosts(context.Background(), []store.PullSource{{AuthorID: pull, Before: store.Top}}, 7, 0)
+	live, n := pulled.Posts, pulled.Queries
+	if err != nil || n != 1 || len(live) != 7 || len(pulled.Missing) != 0 {
+		t.Fatalf("PullPosts = %d posts, %d queries, missing %v, %v; want 7 live posts in 1 query", len(live), n, pulled.Missing, err)
 	}
 	if d := diffFeed(live, m.feed(pull, store.Top)[:7]); d != "" {
 		t.Fatalf("PullPosts of a mostly deleted outbox: %s", d)
@@ -956,11 +957,14 @@ func TestFeedPullQueriesPerShard(t *testing.T) {
 		{"70 authors on one shard", shard0, 2, 70},
 		{"no authors", nil, 0, 0},
 	} {
-		posts, n, err := h.store.PullPosts(ctx, sources(tt.authors), 1)
+		pulled, err := h.store.PullPosts(ctx, sources(tt.authors), 1, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n != tt.queries || len(posts) != tt.posts {
+		if len(pulled.Missing) != 0 {
+			t.Fatalf("%s: authors %v missing: %v", tt.name, pulled.Missing, pulled.Err)
+		}
+		if n, posts := pulled.Queries, pulled.Posts; n != tt.queries || len(posts) != tt.posts {
 			t.Errorf("%s: PullPosts ran %d statements for %d posts, want %d for %d", tt.name, n, len(posts), tt.queries, tt.posts)
 		}
 	}
