@@ -162,7 +162,7 @@ func (m *feedModel) feed(user uint64, before feed.Key) []feed.Post {
 // readPage reads one feed page.
 func readPage(t testing.TB, h *harness, user uint64, limit int, cursor string) ([]feed.Post, string) {
 	t.Helper()
-	items, next, err := h.svc.Feed(context.Background(), user, feed.Page{Limit: limit, Cursor: cursor})
+	items, next, err := feedPosts(h.svc)(context.Background(), user, feed.Page{Limit: limit, Cursor: cursor})
 	if err != nil {
 		t.Fatalf("feed of %d (limit %d): %v", user, limit, err)
 	}
@@ -339,7 +339,7 @@ func runFeedBruteForce(t *testing.T, seed uint64, activeDays int) {
 	for _, u := range users {
 		if r.IntN(2) == 0 {
 			active[u] = true
-			ops = append(ops, func() error { _, _, err := h.svc.Feed(ctx, u, feed.Page{Limit: 5}); return err })
+			ops = append(ops, func() error { _, err := h.svc.Feed(ctx, u, feed.Page{Limit: 5}); return err })
 		}
 	}
 	run()
@@ -773,7 +773,7 @@ func TestFeedPendingFollowNoWorkers(t *testing.T) {
 		{Limit: 0},
 		{Limit: -1},
 	} {
-		_, _, err := h.svc.Feed(context.Background(), reader, page)
+		_, err := h.svc.Feed(context.Background(), reader, page)
 		if feed.ErrorCode(err) != feed.EINVALID {
 			t.Fatalf("Feed(%+v): %v, want %s", page, err, feed.EINVALID)
 		}
@@ -982,7 +982,7 @@ func TestFeedPullQueriesPerShard(t *testing.T) {
 		}
 	}
 	before := feedQueries(t, reg)
-	items, _, err := svc.Feed(ctx, reader, feed.Page{Limit: 5})
+	items, _, err := feedPosts(svc)(ctx, reader, feed.Page{Limit: 5})
 	if err != nil || len(items) != 5 {
 		t.Fatalf("feed: %d items, %v", len(items), err)
 	}
@@ -992,11 +992,11 @@ func TestFeedPullQueriesPerShard(t *testing.T) {
 	// Within the pull cache's ttl the same authors cost nothing more: the
 	// next page is the snapshot alone, and equals a cache-free read.
 	before = feedQueries(t, reg)
-	_, cursor, err := svc.Feed(ctx, reader, feed.Page{Limit: 5})
+	_, cursor, err := feedPosts(svc)(ctx, reader, feed.Page{Limit: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, _, err := svc.Feed(ctx, reader, feed.Page{Limit: 5, Cursor: cursor})
+	next, _, err := feedPosts(svc)(ctx, reader, feed.Page{Limit: 5, Cursor: cursor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1009,7 +1009,7 @@ func TestFeedPullQueriesPerShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _, err := plain.Feed(ctx, reader, feed.Page{Limit: 5, Cursor: cursor})
+	want, _, err := feedPosts(plain)(ctx, reader, feed.Page{Limit: 5, Cursor: cursor})
 	if err != nil || !slices.Equal(next, want) {
 		t.Fatalf("cached page %v, uncached %v (%v)", next, want, err)
 	}
