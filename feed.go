@@ -46,6 +46,18 @@ type Page struct {
 	Cursor string
 }
 
+// FeedPage is a page of a home feed. Next is the position of the last item
+// ("" when the feed ends). MissingAuthors lists, sorted, the followed
+// authors whose outboxes could not be read because their database did not
+// answer: the page is what the other sources give, and their posts above
+// Next are not returned later in the same walk. It is empty when every
+// source answered.
+type FeedPage struct {
+	Items          []Post
+	Next           string
+	MissingAuthors []uint64
+}
+
 // Page limits from the contract.
 const (
 	DefaultPageLimit = 20

@@ -100,7 +100,9 @@ func (a *api) deletePost(c echo.Context) error {
 }
 
 func (a *api) listPosts(c echo.Context) error {
-	return listPage(c, a.svc.ListPosts, writePostPage)
+	return listPage(c, a.svc.ListPosts, func(c echo.Context, posts []feed.Post, next string) error {
+		return writePostPage(c, posts, next, nil)
+	})
 }
 
 type deliveryJSON struct {
@@ -189,26 +191,46 @@ func jsonPage[T, U any](conv func(U) T) func(echo.Context, []U, string) error {
 	}
 }
 
+// postPageJSON is a page of posts: an author's, or the feed's, which names
+// the authors whose posts it could not read.
+type postPageJSON struct {
+	pageJSON[postJSON]
+	Partial        bool     `json:"partial,omitempty"`
+	MissingAuthors []string `json:"missing_authors,omitempty"`
+}
+
+func newPostPage(posts []feed.Post, next string, missing []uint64) postPageJSON {
+	out := postPageJSON{pageJSON: newPage(posts, next, toPostJSON)}
+	if len(missing) > 0 {
+		out.Partial = true
+		out.MissingAuthors = make([]string, len(missing))
+		for i, a := range missing {
+			out.MissingAuthors[i] = strconv.FormatUint(a, 10)
+		}
+	}
+	return out
+}
+
 // postPagePool recycles the buffers of encoded post pages.
 var postPagePool = sync.Pool{New: func() any { return new([]byte) }}
 
-// writePostPage writes a page of posts, the feed's and an author's. The
-// bytes are those encoding/json writes for newPage(posts, next, toPostJSON)
-// as c.JSON sends them (?pretty and debug mode are left to c.JSON itself),
-// appended without reflection or an allocation per item: feed pages are
-// the service's hottest response.
-func writePostPage(c echo.Context, posts []feed.Post, next string) error {
+// writePostPage writes a page of posts: the feed's, or an author's, which
+// has no missing authors. The bytes are those encoding/json writes for
+// newPostPage(posts, next, missing) as c.JSON sends them (?pretty and debug
+// mode are left to c.JSON itself), appended without reflection or an
+// allocation per item: feed pages are the service's hottest response.
+func writePostPage(c echo.Context, posts []feed.Post, next string, missing []uint64) error {
 	if _, pretty := c.QueryParams()["pretty"]; pretty || c.Echo().Debug {
-		return jsonPage(toPostJSON)(c, posts, next)
+		return c.JSON(http.StatusOK, newPostPage(posts, next, missing))
 	}
 	buf := postPagePool.Get().(*[]byte)
 	defer postPagePool.Put(buf)
-	*buf = appendPostPage((*buf)[:0], posts, next)
+	*buf = appendPostPage((*buf)[:0], posts, next, missing)
 	c.Response().Header().Set(echo.HeaderContentLength, strconv.Itoa(len(*buf)))
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, *buf)
 }
 
-func appendPostPage(b []byte, posts []feed.Post, next string) []byte {
+func appendPostPage(b []byte, posts []feed.Post, next string, missing []uint64) []byte {
 	b = append(b, `{"items":[`...)
 	for i, p := range posts {
 		if i > 0 {
@@ -229,6 +251,18 @@ func appendPostPage(b []byte, posts []feed.Post, next string) []byte {
 		b = append(b, "null"...)
 	} else {
 		b = appendJSONString(b, next)
+	}
+	if len(missing) > 0 {
+		b = append(b, `,"partial":true,"missing_authors":[`...)
+		for i, a := range missing {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = strconv.AppendUint(b, a, 10)
+			b = append(b, '"')
+		}
+		b = append(b, ']')
 	}
 	return append(b, "}\n"...)
 }
@@ -257,7 +291,19 @@ func (a *api) listFollowers(c echo.Context) error {
 }
 
 func (a *api) getFeed(c echo.Context) error {
-	return listPage(c, a.svc.Feed, writePostPage)
+	user, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	page, err := parsePage(c)
+	if err != nil {
+		return err
+	}
+	p, err := a.svc.Feed(c.Request().Context(), user, page)
+	if err != nil {
+		return err
+	}
+	return writePostPage(c, p.Items, p.Next, p.MissingAuthors)
 }
 
 // parseID parses a user, author or content id: a decimal uint64 above zero.

@@ -16,25 +16,29 @@ func TestAppendPostPageMatchesEncodingJSON(t *testing.T) {
 		return feed.Post{ContentID: 42, AuthorID: 7, PublishTime: 1_700_000_000_123, Kind: kind}
 	}
 	tests := []struct {
-		name  string
-		posts []feed.Post
-		next  string
+		name    string
+		posts   []feed.Post
+		next    string
+		missing []uint64
 	}{
-		{"empty last page", nil, ""},
-		{"empty page with cursor", []feed.Post{}, "abc"},
-		{"one post", []feed.Post{post("post")}, ""},
+		{"empty last page", nil, "", nil},
+		{"empty page with cursor", []feed.Post{}, "abc", nil},
+		{"one post", []feed.Post{post("post")}, "", nil},
 		{"extremes", []feed.Post{{ContentID: math.MaxUint64, AuthorID: 1, PublishTime: math.MinInt64, Kind: "a"},
-			{ContentID: 1, AuthorID: math.MaxUint64, PublishTime: math.MaxInt64, Kind: "z9_.-"}}, "eyJ0IjoxfQ"},
-		{"kind needing escapes", []feed.Post{post(`q"b\s<t>&`), post("tab\tnl\n"), post("é\u2028"), post("bad\xffutf8")}, "x"},
-		{"cursor needing escapes", []feed.Post{post("post")}, `<"&>`},
+			{ContentID: 1, AuthorID: math.MaxUint64, PublishTime: math.MaxInt64, Kind: "z9_.-"}}, "eyJ0IjoxfQ", nil},
+		{"kind needing escapes", []feed.Post{post(`q"b\s<t>&`), post("tab\tnl\n"), post("é\u2028"), post("bad\xffutf8")}, "x", nil},
+		{"cursor needing escapes", []feed.Post{post("post")}, `<"&>`, nil},
+		{"partial", []feed.Post{post("post")}, "abc", []uint64{12, 34}},
+		{"partial, empty last page", nil, "", []uint64{math.MaxUint64}},
+		{"no missing authors", []feed.Post{post("post")}, "abc", []uint64{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var want bytes.Buffer
-			if err := json.NewEncoder(&want).Encode(newPage(tc.posts, tc.next, toPostJSON)); err != nil {
+			if err := json.NewEncoder(&want).Encode(newPostPage(tc.posts, tc.next, tc.missing)); err != nil {
 				t.Fatal(err)
 			}
-			got := appendPostPage([]byte("prefix"), tc.posts, tc.next)
+			got := appendPostPage([]byte("prefix"), tc.posts, tc.next, tc.missing)
 			if !bytes.Equal(got, append([]byte("prefix"), want.Bytes()...)) {
 				t.Fatalf("got  %s\nwant %s", got, want.Bytes())
 			}

@@ -177,6 +177,10 @@ func (s *spec) validate(at string, schema any, v any) error {
 		if p, ok := sch["pattern"].(string); ok && !regexp.MustCompile(p).MatchString(str) {
 			return fmt.Errorf("%s: %q does not match %s", at, str, p)
 		}
+	case "boolean":
+		if _, ok := v.(bool); !ok {
+			return fmt.Errorf("%s: want boolean, got %T", at, v)
+		}
 	case "integer":
 		num, ok := v.(json.Number)
 		n, isInt := new(big.Int).SetString(string(num), 10)
@@ -495,6 +499,30 @@ func TestSpecDocument(t *testing.T) {
 					t.Errorf("%s %s: has a body but does not document 413", m, tmpl)
 				}
 			}
+		}
+	}
+}
+
+// TestSpecFeedPage holds the feed's page schema to the partial pages no
+// single-database test gets: partial only as true, the missing authors as
+// id strings.
+func TestSpecFeedPage(t *testing.T) {
+	t.Parallel()
+	s := mustSpec(t)
+	schema := map[string]any{"$ref": "#/components/schemas/FeedPage"}
+	for body, valid := range map[string]bool{
+		`{"items":[],"next_cursor":null}`: true,
+		`{"items":[],"next_cursor":"AWYAAAGJRZS9OAAAAAAAAIBT","partial":true,"missing_authors":["12","34"]}`: true,
+		`{"items":[],"next_cursor":null,"partial":false,"missing_authors":["12"]}`:                           false,
+		`{"items":[],"next_cursor":null,"partial":true,"missing_authors":[12]}`:                              false,
+		`{"items":[],"next_cursor":null,"partial":"true","missing_authors":["12"]}`:                          false,
+	} {
+		var v any
+		if err := decodeJSON([]byte(body), &v); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.validate("body", schema, v); (err == nil) != valid {
+			t.Errorf("%s: validation error %v, want valid=%v", body, err, valid)
 		}
 	}
 }

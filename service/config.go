@@ -29,6 +29,10 @@ const (
 	// about two seconds behind a database that stops answering.
 	ProbeIntervalDefault = time.Second
 	ProbeTimeoutDefault  = time.Second
+	// SourceTimeoutDefault bounds what a hung database the probes have not
+	// reported yet adds to a feed page; a pull statement takes about a
+	// millisecond at rest.
+	SourceTimeoutDefault = 500 * time.Millisecond
 )
 
 // maxActiveDays bounds ActiveDays: the window is computed as a
@@ -86,6 +90,13 @@ type Config struct {
 	// NodeID (0..8191) makes server-assigned content ids unique across
 	// processes; -1 picks one at random.
 	NodeID int
+	// PartialReads serves a feed page without the followed authors whose
+	// database does not answer, naming them, where false fails the page.
+	// The reader's own database is required either way.
+	PartialReads bool
+	// SourceTimeout bounds the reads of one database's outboxes for a feed
+	// page.
+	SourceTimeout time.Duration
 }
 
 // DefaultConfig returns the contract's defaults.
@@ -106,6 +117,8 @@ func DefaultConfig() Config {
 		ProbeInterval: ProbeIntervalDefault,
 		ProbeTimeout:  ProbeTimeoutDefault,
 		NodeID:        -1,
+		PartialReads:  true,
+		SourceTimeout: SourceTimeoutDefault,
 	}
 }
 
@@ -138,6 +151,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("probe interval and probe timeout must be > 0")
 	case c.NodeID < -1 || c.NodeID > maxNodeID:
 		return fmt.Errorf("node id must be -1 (random) or 0..%d, got %d", maxNodeID, c.NodeID)
+	case c.SourceTimeout <= 0:
+		return fmt.Errorf("source timeout must be > 0, got %s", c.SourceTimeout)
 	}
 	return nil
 }

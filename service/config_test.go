@@ -61,6 +61,10 @@ func TestConfigValidate(t *testing.T) {
 		{name: "node id 8191", change: func(c *service.Config) { c.NodeID = 8191 }},
 		{name: "node id 8192", change: func(c *service.Config) { c.NodeID = 8192 }, wantErr: "node id"},
 		{name: "node id -2", change: func(c *service.Config) { c.NodeID = -2 }, wantErr: "node id"},
+		{name: "source timeout 1ns", change: func(c *service.Config) { c.SourceTimeout = 1 }},
+		{name: "source timeout 0", change: func(c *service.Config) { c.SourceTimeout = 0 }, wantErr: "source timeout"},
+		{name: "source timeout negative", change: func(c *service.Config) { c.SourceTimeout = -time.Second }, wantErr: "source timeout"},
+		{name: "partial reads off", change: func(c *service.Config) { c.PartialReads = false }},
 		{name: "zero config", change: func(c *service.Config) { *c = service.Config{} }, wantErr: "inbox limit"},
 	}
 	for _, tt := range tests {
@@ -90,6 +94,9 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.NodeID != -1 {
 		t.Fatalf("default node id %d, want -1 (random)", c.NodeID)
+	}
+	if !c.PartialReads || c.SourceTimeout != 500*time.Millisecond {
+		t.Fatalf("partial reads %v, source timeout %s; want on and 500ms", c.PartialReads, c.SourceTimeout)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +20,13 @@ import (
 	"github.com/feedhq/feed/store/storetest"
 )
 
+// TestMain removes the data directory throwaway servers were copied from.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	storetest.RemoveServerTemplate()
+	os.Exit(code)
+}
+
 // harness is a service on fresh databases with its workers running.
 type harness struct {
 	svc   *service.Service
@@ -31,7 +39,10 @@ type harness struct {
 }
 
 type harnessOpts struct {
-	shards     int
+	shards int
+	// shardMap names the databases; nil creates shards fresh ones on the
+	// test server.
+	shardMap   *store.ShardMap
 	noWorkers  bool
 	configured func(*service.Config)
 	now        func() time.Time
@@ -41,7 +52,10 @@ type harnessOpts struct {
 // stop when the test ends.
 func newHarness(t testing.TB, opt harnessOpts) *harness {
 	t.Helper()
-	shards := storetest.NewShardMap(t, storetest.Options{Shards: opt.shards})
+	shards := opt.shardMap
+	if shards == nil {
+		shards = storetest.NewShardMap(t, storetest.Options{Shards: opt.shards})
+	}
 	st, err := store.Open(shards)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +116,19 @@ func (h *harness) waitIdle(t testing.TB) {
 // feedAll pages through the user's whole feed with the given page size.
 func (h *harness) feedAll(t testing.TB, user uint64, limit int) []feed.Post {
 	t.Helper()
-	return pageAll(t, "feed", h.svc.Feed, user, limit)
+	return pageAll(t, "feed", feedPosts(h.svc), user, limit)
+}
+
+// feedPosts is svc.Feed as a list of posts; here every database answers,
+// so a partial page is an error.
+func feedPosts(svc *service.Service) func(context.Context, uint64, feed.Page) ([]feed.Post, string, error) {
+	return func(ctx context.Context, user uint64, page feed.Page) ([]feed.Post, string, error) {
+		p, err := svc.Feed(ctx, user, page)
+		if err == nil && len(p.MissingAuthors) > 0 {
+			err = fmt.Errorf("partial page: authors %v missing", p.MissingAuthors)
+		}
+		return p.Items, p.Next, err
+	}
 }
 
 // pageAll pages through a whole list of posts (what names it in a failure)

@@ -82,12 +82,13 @@ func (c *outboxCache) drop(author uint64) {
 // pull reads up to limit posts of each source for a feed page: from the
 // cache where it reaches deep enough, refreshing stale authors with one
 // statement per shard, and straight from the outboxes for sources deeper
-// than the cache. It returns the posts, as lists for the merge, and the
-// statements run. Lists from the cache share its arrays: read them only.
-func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit int) ([][]feed.Post, int, error) {
+// than the cache. It returns the posts, as lists for the merge, and counts
+// the statements and missing authors in rd. Lists from the cache share its
+// arrays: read them only.
+func (s *Service) pull(ctx context.Context, rd *pageRead, sources []store.PullSource, limit int) ([][]feed.Post, error) {
 	if s.cache == nil || len(sources) == 0 {
-		posts, n, err := s.store.PullPosts(ctx, sources, limit)
-		return [][]feed.Post{posts}, n, err
+		posts, err := s.readOutboxes(ctx, rd, sources, limit)
+		return [][]feed.Post{posts}, err
 	}
 	now := s.now()
 	out := make([][]feed.Post, 0, len(sources))
@@ -101,22 +102,24 @@ func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit in
 			direct = append(direct, src)
 		}
 	}
-	queries := 0
 	if len(stale) > 0 {
 		heads := make([]store.PullSource, len(stale))
 		for i, src := range stale {
 			heads[i] = store.PullSource{AuthorID: src.AuthorID, Before: store.Top}
 		}
-		posts, n, err := s.store.PullPosts(ctx, heads, outboxCacheDepth)
+		posts, err := s.readOutboxes(ctx, rd, heads, outboxCacheDepth)
 		if err != nil {
-			return nil, queries, err
+			return nil, err
 		}
-		queries += n
 		byAuthor := map[uint64][]feed.Post{}
 		for _, p := range posts {
 			byAuthor[p.AuthorID] = append(byAuthor[p.AuthorID], p)
 		}
 		for _, src := range stale {
+			if len(rd.failed) > 0 && rd.failed[s.store.ShardOf(src.AuthorID)] {
+				// Not read: an entry would say the author has no posts.
+				continue
+			}
 			head := mergeNewest(outboxCacheDepth, nil, byAuthor[src.AuthorID])
 			e := outboxEntry{posts: head, complete: len(head) < outboxCacheDepth, at: now}
 			s.cache.put(src.AuthorID, e)
@@ -128,12 +131,11 @@ func (s *Service) pull(ctx context.Context, sources []store.PullSource, limit in
 		}
 	}
 	if len(direct) > 0 {
-		posts, n, err := s.store.PullPosts(ctx, direct, limit)
+		posts, err := s.readOutboxes(ctx, rd, direct, limit)
 		if err != nil {
-			return nil, queries, err
+			return nil, err
 		}
-		queries += n
 		out = append(out, posts)
 	}
-	return out, queries, nil
+	return out, nil
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/feedhq/feed"
@@ -28,22 +29,28 @@ import (
 // first limit items of the merge are the page. The read also marks the user
 // active.
 //
+// A followed author's outbox on a database that does not answer within
+// SourceTimeout is left out, with the author named in MissingAuthors, when
+// PartialReads is on; the page is then exact over the other sources and its
+// cursor is the same as ever. Otherwise, and whenever the reader's own
+// database fails, the page fails with the database's error.
+//
 // Returns EINVALID for a malformed cursor or page size.
-func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]feed.Post, string, error) {
+func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) (feed.FeedPage, error) {
 	ctx = store.WithClass(ctx, store.Reads)
 	if err := checkPage(page); err != nil {
-		return nil, "", err
+		return feed.FeedPage{}, err
 	}
 	before, err := decodeCursor(cursorFeed, page.Cursor, store.Top)
 	if err != nil {
-		return nil, "", err
+		return feed.FeedPage{}, err
 	}
 	snap, err := s.store.ReadFeed(ctx, userID, before, page.Limit+1)
 	if err != nil {
-		return nil, "", err
+		return feed.FeedPage{}, err
 	}
 	activeSince := s.markRead(ctx, userID, snap)
-	queries := snap.Statements
+	rd := &pageRead{user: userID, queries: snap.Statements}
 	sources := make([]store.PullSource, 0, len(snap.Pull))
 	for _, pa := range snap.Pull {
 		bound := before
@@ -55,41 +62,96 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) ([]fe
 		}
 		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound})
 	}
-	pulled, n, err := s.pull(ctx, sources, page.Limit+1)
+	pulled, err := s.pull(ctx, rd, sources, page.Limit+1)
 	if err != nil {
-		return nil, "", err
+		return feed.FeedPage{}, err
 	}
-	queries += n
 	items := mergeNewest(page.Limit+1, snap.Floor, append(pulled, snap.Inbox)...)
 	if len(items) <= page.Limit && snap.Floor != nil {
-		deep, n, err := s.deepScroll(ctx, userID, olderOf(before, *snap.Floor), page.Limit+1-len(items))
+		deep, err := s.deepScroll(ctx, rd, userID, olderOf(before, *snap.Floor), page.Limit+1-len(items))
 		if err != nil {
-			return nil, "", err
+			return feed.FeedPage{}, err
 		}
-		queries += n
 		items = append(items, deep...)
 	}
 	s.metrics.feedPullAuthors.Observe(float64(len(sources)))
-	s.metrics.feedQueries.Observe(float64(queries))
-	return pageOf(items, page.Limit, func(p feed.Post) string { return encodeCursor(cursorFeed, p.Key()) })
+	s.metrics.feedQueries.Observe(float64(rd.queries))
+	items, next, err := pageOf(items, page.Limit, func(p feed.Post) string { return encodeCursor(cursorFeed, p.Key()) })
+	return feed.FeedPage{Items: items, Next: next, MissingAuthors: rd.missingAuthors()}, err
 }
 
 // deepScroll reads the newest posts older than before from the outboxes of
 // everyone the user follows and the user's own.
-func (s *Service) deepScroll(ctx context.Context, userID uint64, before feed.Key, limit int) ([]feed.Post, int, error) {
+func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, before feed.Key, limit int) ([]feed.Post, error) {
 	authors, err := s.store.FollowedAuthors(ctx, userID)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
+	rd.queries++
 	sources := make([]store.PullSource, 0, len(authors)+1)
 	for _, a := range append(authors, userID) {
 		sources = append(sources, store.PullSource{AuthorID: a, Before: before})
 	}
-	posts, n, err := s.store.PullPosts(ctx, sources, limit)
+	posts, err := s.readOutboxes(ctx, rd, sources, limit)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	return mergeNewest(limit, nil, posts), n + 1, nil
+	return mergeNewest(limit, nil, posts), nil
+}
+
+// pageRead is what the outbox reads of one feed page cost and missed.
+type pageRead struct {
+	user    uint64
+	queries int // statements run
+	// missing holds the authors whose database failed, and failed those
+	// databases, which the rest of the page does not ask again: a hung one
+	// costs a page SourceTimeout once.
+	missing []uint64
+	failed  map[*store.Shard]bool
+}
+
+// missingAuthors returns the missing authors sorted, each once.
+func (rd *pageRead) missingAuthors() []uint64 {
+	slices.Sort(rd.missing)
+	return slices.Compact(rd.missing)
+}
+
+// readOutboxes reads up to limit posts of each source, each database within
+// SourceTimeout. The authors of a database that fails are left out of the
+// page and recorded as missing when PartialReads is on and the database is
+// not the reader's own; otherwise the page fails with its error.
+func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []store.PullSource, limit int) ([]feed.Post, error) {
+	if len(rd.failed) > 0 {
+		ask := make([]store.PullSource, 0, len(sources))
+		for _, src := range sources {
+			if rd.failed[s.store.ShardOf(src.AuthorID)] {
+				rd.missing = append(rd.missing, src.AuthorID)
+			} else {
+				ask = append(ask, src)
+			}
+		}
+		sources = ask
+	}
+	p, err := s.store.PullPosts(ctx, sources, limit, s.cfg.SourceTimeout)
+	if err != nil {
+		return nil, err
+	}
+	rd.queries += p.Queries
+	if len(p.Missing) == 0 {
+		return p.Posts, nil
+	}
+	own := s.store.ShardOf(rd.user)
+	if !s.cfg.PartialReads || slices.ContainsFunc(p.Missing, func(a uint64) bool { return s.store.ShardOf(a) == own }) {
+		return nil, p.Err
+	}
+	if rd.failed == nil {
+		rd.failed = map[*store.Shard]bool{}
+	}
+	for _, a := range p.Missing {
+		rd.failed[s.store.ShardOf(a)] = true
+	}
+	rd.missing = append(rd.missing, p.Missing...)
+	return p.Posts, nil
 }
 
 // markRead records the read (at most once per activityGranularity) and

@@ -162,7 +162,7 @@ func (m *feedModel) feed(user uint64, before feed.Key) []feed.Post {
 // readPage reads one feed page.
 func readPage(t testing.TB, h *harness, user uint64, limit int, cursor string) ([]feed.Post, string) {
 	t.Helper()
-	items, next, err := h.svc.Feed(context.Background(), user, feed.Page{Limit: limit, Cursor: cursor})
+	items, next, err := feedPosts(h.svc)(context.Background(), user, feed.Page{Limit: limit, Cursor: cursor})
 	if err != nil {
 		t.Fatalf("feed of %d (limit %d): %v", user, limit, err)
 	}
@@ -339,7 +339,7 @@ func runFeedBruteForce(t *testing.T, seed uint64, activeDays int) {
 	for _, u := range users {
 		if r.IntN(2) == 0 {
 			active[u] = true
-			ops = append(ops, func() error { _, _, err := h.svc.Feed(ctx, u, feed.Page{Limit: 5}); return err })
+			ops = append(ops, func() error { _, err := h.svc.Feed(ctx, u, feed.Page{Limit: 5}); return err })
 		}
 	}
 	run()
@@ -715,9 +715,10 @@ func TestFeedDeletedPullPostsFillPages(t *testing.T) {
 	m.publishAll(t, h, posts)
 	m.deleteAll(t, h, gone)
 	// The pull reader's view of the author comes from the outbox alone.
-	live, n, err := h.store.PullPosts(context.Background(), []store.PullSource{{AuthorID: pull, Before: store.Top}}, 7)
-	if err != nil || n != 1 || len(live) != 7 {
-		t.Fatalf("PullPosts = %d posts, %d queries, %v; want 7 live posts in 1 query", len(live), n, err)
+	pulled, err := h.store.PullPosts(context.Background(), []store.PullSource{{AuthorID: pull, Before: store.Top}}, 7, 0)
+	live, n := pulled.Posts, pulled.Queries
+	if err != nil || n != 1 || len(live) != 7 || len(pulled.Missing) != 0 {
+		t.Fatalf("PullPosts = %d posts, %d queries, missing %v, %v; want 7 live posts in 1 query", len(live), n, pulled.Missing, err)
 	}
 	if d := diffFeed(live, m.feed(pull, store.Top)[:7]); d != "" {
 		t.Fatalf("PullPosts of a mostly deleted outbox: %s", d)
@@ -772,7 +773,7 @@ func TestFeedPendingFollowNoWorkers(t *testing.T) {
 		{Limit: 0},
 		{Limit: -1},
 	} {
-		_, _, err := h.svc.Feed(context.Background(), reader, page)
+		_, err := h.svc.Feed(context.Background(), reader, page)
 		if feed.ErrorCode(err) != feed.EINVALID {
 			t.Fatalf("Feed(%+v): %v, want %s", page, err, feed.EINVALID)
 		}
@@ -956,11 +957,14 @@ func TestFeedPullQueriesPerShard(t *testing.T) {
 		{"70 authors on one shard", shard0, 2, 70},
 		{"no authors", nil, 0, 0},
 	} {
-		posts, n, err := h.store.PullPosts(ctx, sources(tt.authors), 1)
+		pulled, err := h.store.PullPosts(ctx, sources(tt.authors), 1, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n != tt.queries || len(posts) != tt.posts {
+		if len(pulled.Missing) != 0 {
+			t.Fatalf("%s: authors %v missing: %v", tt.name, pulled.Missing, pulled.Err)
+		}
+		if n, posts := pulled.Queries, pulled.Posts; n != tt.queries || len(posts) != tt.posts {
 			t.Errorf("%s: PullPosts ran %d statements for %d posts, want %d for %d", tt.name, n, len(posts), tt.queries, tt.posts)
 		}
 	}
@@ -978,7 +982,7 @@ func TestFeedPullQueriesPerShard(t *testing.T) {
 		}
 	}
 	before := feedQueries(t, reg)
-	items, _, err := svc.Feed(ctx, reader, feed.Page{Limit: 5})
+	items, _, err := feedPosts(svc)(ctx, reader, feed.Page{Limit: 5})
 	if err != nil || len(items) != 5 {
 		t.Fatalf("feed: %d items, %v", len(items), err)
 	}
@@ -988,11 +992,11 @@ func TestFeedPullQueriesPerShard(t *testing.T) {
 	// Within the pull cache's ttl the same authors cost nothing more: the
 	// next page is the snapshot alone, and equals a cache-free read.
 	before = feedQueries(t, reg)
-	_, cursor, err := svc.Feed(ctx, reader, feed.Page{Limit: 5})
+	_, cursor, err := feedPosts(svc)(ctx, reader, feed.Page{Limit: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
-	next, _, err := svc.Feed(ctx, reader, feed.Page{Limit: 5, Cursor: cursor})
+	next, _, err := feedPosts(svc)(ctx, reader, feed.Page{Limit: 5, Cursor: cursor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1005,7 +1009,7 @@ func TestFeedPullQueriesPerShard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _, err := plain.Feed(ctx, reader, feed.Page{Limit: 5, Cursor: cursor})
+	want, _, err := feedPosts(plain)(ctx, reader, feed.Page{Limit: 5, Cursor: cursor})
 	if err != nil || !slices.Equal(next, want) {
 		t.Fatalf("cached page %v, uncached %v (%v)", next, want, err)
 	}

@@ -16,9 +16,11 @@ const (
 	// Workers is background work: planning, fan-out, follow events,
 	// retention. It is the class of a context that names none.
 	Workers Class = iota
-	// Reads is API reads: feed pages, lists, delivery status.
+	// Reads is API reads: feed pages, lists, delivery status, and the
+	// readiness probes' reads.
 	Reads
-	// Writes is API writes, a read's activity mark and readiness probes.
+	// Writes is API writes, a read's activity mark and the readiness
+	// probes' writes.
 	Writes
 	numClasses
 )

@@ -17,8 +17,12 @@ const (
 // Health is a database's state as its last probe found it.
 type Health struct {
 	State string
-	Err   error     // why it is not up
-	Since time.Time // when it entered the state
+	// Unreadable says the probe's read failed, not only its write: the
+	// database answers nothing, where one under a backup's lock still
+	// serves reads. Reads skip an unreadable database (PullPosts).
+	Unreadable bool
+	Err        error     // why it is not up
+	Since      time.Time // when it entered the state
 }
 
 // Unreachable says the last probe found the database down or behind the
@@ -32,14 +36,16 @@ type shardHealth struct {
 	h  Health
 }
 
-func (h *shardHealth) set(state string, err error) (prev, cur Health) {
+// set records a probe's result; Since is kept while the state stays.
+func (h *shardHealth) set(next Health) (prev, cur Health) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	prev = h.h
-	if prev.State != state {
-		h.h.Since = time.Now()
+	next.Since = prev.Since
+	if prev.State != next.State {
+		next.Since = time.Now()
 	}
-	h.h.State, h.h.Err = state, err
+	h.h = next
 	return prev, h.h
 }
 
@@ -55,21 +61,24 @@ func (sh *Shard) Health() Health {
 const probeWriteSQL = `INSERT INTO health (id, probed_at) VALUES (0, ?) ON DUPLICATE KEY UPDATE probed_at = VALUES(probed_at)`
 
 // Probe reads and writes the shard within timeout, records its state and
-// returns the state before and after.
+// returns the state before and after. It reads through the pool of API
+// reads and writes through that of API writes, so each tells what those
+// requests meet: under a backup's lock the writes wait and fill their pool,
+// while the reads still answer.
 func (sh *Shard) Probe(ctx context.Context, timeout time.Duration) (prev, cur Health) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	pending, err := hasPendingMigrations(ctx, sh.pools[Writes].DB)
+	pending, err := hasPendingMigrations(ctx, sh.pools[Reads].DB)
 	switch {
 	case err != nil:
-		return sh.health.set(StateDown, wrap("probe read", err))
+		return sh.health.set(Health{State: StateDown, Unreadable: true, Err: wrap("probe read", err)})
 	case pending:
-		return sh.health.set(StateOutdated, nil)
+		return sh.health.set(Health{State: StateOutdated})
 	}
 	if _, err := sh.pools[Writes].ExecContext(ctx, probeWriteSQL, time.Now().UnixMilli()); err != nil {
-		return sh.health.set(StateDown, wrap("probe write", err))
+		return sh.health.set(Health{State: StateDown, Err: wrap("probe write", err)})
 	}
-	return sh.health.set(StateUp, nil)
+	return sh.health.set(Health{State: StateUp})
 }
 
 // HealthChange is called with a shard whose state a probe changed.

@@ -4,7 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -212,36 +216,106 @@ const pullPartSQL = `(SELECT content_id, author_id, publish_time, kind FROM post
 WHERE author_id = ? AND deleted = 0 AND ` + keysetOlder + `
 ORDER BY publish_time DESC, content_id DESC LIMIT ?)`
 
+// Pulled is what PullPosts read.
+type Pulled struct {
+	Posts   []feed.Post // in no particular order
+	Queries int         // statements run
+	// Missing holds the authors, sorted, whose database failed or is known
+	// unreadable: none of their posts are in Posts.
+	Missing []uint64
+	// Err is the failure of the first such database, by name.
+	Err error
+}
+
 // PullPosts reads up to limit live posts of each source, newest first per
 // source, for read-time merging. Sources on the same shard are read together
 // with one UNION ALL statement per 64 authors, so a page costs one query per
-// shard for the usual handful of pull authors. It returns the posts in no
-// particular order and the number of statements it ran.
-func (s *Store) PullPosts(ctx context.Context, sources []PullSource, limit int) ([]feed.Post, int, error) {
+// shard for the usual handful of pull authors; the shards are read in
+// parallel.
+//
+// A shard that fails costs only its own authors, which Pulled reports as
+// missing; whether a page may do without them is the caller's decision. A
+// shard whose last probe could not read it is not asked at all, and with
+// shardTimeout above zero each shard's statements get that long at most, so
+// a hung database the probe has not flagged yet costs no more. The error is
+// for ctx itself ending, which fails the whole read.
+func (s *Store) PullPosts(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) (Pulled, error) {
 	byShard := map[*Shard][]PullSource{}
 	for _, src := range sources {
 		sh := s.ShardOf(src.AuthorID)
 		byShard[sh] = append(byShard[sh], src)
 	}
+	type part struct {
+		sh      *Shard
+		srcs    []PullSource
+		posts   []feed.Post
+		queries int
+		err     error
+	}
+	parts := make([]part, 0, len(byShard))
+	for _, sh := range s.shards { // by name: Err names the same shard every time
+		if srcs, ok := byShard[sh]; ok {
+			parts = append(parts, part{sh: sh, srcs: srcs})
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range parts {
+		p := &parts[i]
+		if h := p.sh.Health(); h.Unreadable {
+			p.err = errors.Join(feed.Errorf(feed.EUNAVAILABLE, "database unavailable"),
+				fmt.Errorf("store: pull posts: database %s is down", p.sh.Name), h.Err)
+			continue
+		}
+		wg.Go(func() { p.posts, p.queries, p.err = pullShard(ctx, p.sh, p.srcs, limit, shardTimeout) })
+	}
+	wg.Wait()
+	var out Pulled
+	for _, p := range parts {
+		out.Queries += p.queries
+		if p.err == nil {
+			out.Posts = append(out.Posts, p.posts...)
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return Pulled{}, wrap("pull posts", err)
+		}
+		if out.Err == nil {
+			out.Err = p.err
+		}
+		for _, src := range p.srcs {
+			out.Missing = append(out.Missing, src.AuthorID)
+		}
+	}
+	slices.Sort(out.Missing)
+	out.Missing = slices.Compact(out.Missing)
+	return out, nil
+}
+
+// pullShard runs PullPosts' statements on one shard, within timeout when it
+// is above zero, and returns the posts and the statements that completed.
+func pullShard(ctx context.Context, sh *Shard, srcs []PullSource, limit int, timeout time.Duration) ([]feed.Post, int, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	var out []feed.Post
 	queries := 0
-	for sh, srcs := range byShard {
-		for start := 0; start < len(srcs); start += pullChunk {
-			chunk := srcs[start:min(start+pullChunk, len(srcs))]
-			parts := make([]string, len(chunk))
-			args := make([]any, 0, 5*len(chunk))
-			for i, src := range chunk {
-				parts[i] = pullPartSQL
-				args = append(args, src.AuthorID, src.Before.PublishTime, src.Before.PublishTime, src.Before.ContentID, limit)
-			}
-			var posts []feed.Post
-			q := strings.Join(parts, " UNION ALL ")
-			if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, q, args...); err != nil {
-				return nil, queries, wrap("pull posts", err)
-			}
-			queries++
-			out = append(out, posts...)
+	for start := 0; start < len(srcs); start += pullChunk {
+		chunk := srcs[start:min(start+pullChunk, len(srcs))]
+		parts := make([]string, len(chunk))
+		args := make([]any, 0, 5*len(chunk))
+		for i, src := range chunk {
+			parts[i] = pullPartSQL
+			args = append(args, src.AuthorID, src.Before.PublishTime, src.Before.PublishTime, src.Before.ContentID, limit)
 		}
+		var posts []feed.Post
+		q := strings.Join(parts, " UNION ALL ")
+		if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, q, args...); err != nil {
+			return nil, queries, wrap("pull posts", err)
+		}
+		queries++
+		out = append(out, posts...)
 	}
 	return out, queries, nil
 }

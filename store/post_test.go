@@ -4,10 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"maps"
 	"math/rand/v2"
+	"net"
 	"reflect"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -346,8 +351,7 @@ func TestPullPosts(t *testing.T) {
 				}
 			}
 		}
-		got, queries, err := st.PullPosts(t.Context(), sources, 2)
-		must(t, err)
+		got, queries := pull(t, st, sources, 2)
 		if queries != 3 {
 			t.Errorf("%d queries for authors on 3 shards, want 3", queries)
 		}
@@ -370,8 +374,7 @@ func TestPullPosts(t *testing.T) {
 	t.Run("authors on one shard cost one query", func(t *testing.T) {
 		t.Parallel()
 		sources := []store.PullSource{{AuthorID: authors[4], Before: store.Top}, {AuthorID: authors[5], Before: store.Top}}
-		got, queries, err := st.PullPosts(t.Context(), sources, 10)
-		must(t, err)
+		got, queries := pull(t, st, sources, 10)
 		if queries != 1 || len(got) != 10 {
 			t.Errorf("%d posts in %d queries, want 10 in 1", len(got), queries)
 		}
@@ -379,8 +382,7 @@ func TestPullPosts(t *testing.T) {
 
 	t.Run("no sources", func(t *testing.T) {
 		t.Parallel()
-		got, queries, err := st.PullPosts(t.Context(), nil, 10)
-		must(t, err)
+		got, queries := pull(t, st, nil, 10)
 		if len(got) != 0 || queries != 0 {
 			t.Errorf("got %d posts in %d queries", len(got), queries)
 		}
@@ -398,8 +400,7 @@ func TestPullPosts(t *testing.T) {
 			sources = append(sources, store.PullSource{AuthorID: a, Before: store.Top})
 		}
 		insertPosts(t, st, posts)
-		got, queries, err := st.PullPosts(t.Context(), sources, 5)
-		must(t, err)
+		got, queries := pull(t, st, sources, 5)
 		if queries != 4 {
 			t.Errorf("%d queries, want 4", queries)
 		}
@@ -414,6 +415,136 @@ func TestPullPosts(t *testing.T) {
 			t.Errorf("pulled %d posts, want one of each of %d authors", len(ids), len(want))
 		}
 	})
+}
+
+// pull runs PullPosts on databases that all answer and returns the posts
+// and the statements run.
+func pull(t *testing.T, st *store.Store, sources []store.PullSource, limit int) ([]feed.Post, int) {
+	t.Helper()
+	got, err := st.PullPosts(t.Context(), sources, limit, 0)
+	must(t, err)
+	if got.Missing != nil || got.Err != nil {
+		t.Fatalf("authors %v missing: %v", got.Missing, got.Err)
+	}
+	return got.Posts, got.Queries
+}
+
+// TestPullPostsDatabaseDown pulls from two databases of which the second
+// refuses connections or hangs: the first's posts come back with the
+// second's authors missing, a hung database costs the shard timeout, and
+// once its probe could not read it, it is not asked at all. The end of the
+// caller's own context fails the whole read instead.
+func TestPullPostsDatabaseDown(t *testing.T) {
+	t.Parallel()
+	m := storetest.NewShardMap(t, storetest.Options{Shards: 2})
+	healthy := openStore(t, m)
+	must(t, healthy.Migrate(t.Context(), discard))
+	up, down := idsOn(healthy, 0, 100, 3), idsOn(healthy, 1, 100, 2)
+	var posts []feed.Post
+	var sources []store.PullSource
+	for i, a := range append(slices.Clone(up), down...) {
+		posts = append(posts, feed.Post{ContentID: uint64(1000 + i), AuthorID: a, PublishTime: t0 + int64(i), Kind: feed.KindPost})
+		sources = append(sources, store.PullSource{AuthorID: a, Before: store.Top})
+	}
+	insertPosts(t, healthy, posts)
+	wantUp := posts[:len(up)]
+	// withSecond opens the databases of m with the second one at dsn.
+	withSecond := func(dsn string) *store.Store {
+		broken := *m
+		broken.Databases = maps.Clone(m.Databases)
+		cfg := broken.Databases["db1"]
+		cfg.DSN = dsn
+		broken.Databases["db1"] = cfg
+		return openStore(t, &broken)
+	}
+	check := func(what string, got store.Pulled, queries int) {
+		t.Helper()
+		slices.SortFunc(got.Posts, func(a, b feed.Post) int { return cmp.Compare(a.ContentID, b.ContentID) })
+		if !slices.Equal(got.Posts, wantUp) || !slices.Equal(got.Missing, down) || got.Queries != queries {
+			t.Errorf("%s: posts %v, missing %v, %d statements; want %v, %v, %d", what, got.Posts, got.Missing, got.Queries, wantUp, down, queries)
+		}
+		wantCode(t, got.Err, feed.EUNAVAILABLE)
+	}
+
+	t.Run("refused", func(t *testing.T) {
+		t.Parallel()
+		st := withSecond("root@tcp(127.0.0.1:1)/x?timeout=1s")
+		got, err := st.PullPosts(t.Context(), sources, 10, 0)
+		must(t, err)
+		check("refused", got, 1)
+	})
+
+	t.Run("hung", func(t *testing.T) {
+		t.Parallel()
+		addr, accepted := hungServer(t)
+		st := withSecond("root@tcp(" + addr + ")/x")
+		got, err := st.PullPosts(t.Context(), sources, 10, 200*time.Millisecond)
+		must(t, err)
+		check("hung, not flagged", got, 1)
+		if accepted.Load() == 0 {
+			t.Fatal("the hung database was not asked")
+		}
+
+		st.CheckHealth(t.Context(), 200*time.Millisecond, nil)
+		if h := st.Shards()[1].Health(); h.State != store.StateDown || !h.Unreadable {
+			t.Fatalf("probe of the hung database: %+v, want down and unreadable", h)
+		}
+		asked := accepted.Load()
+		// No shard timeout: asking the hung database would wait for ctx.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		got, err = st.PullPosts(ctx, sources, 10, 0)
+		must(t, err)
+		check("hung, flagged down", got, 1)
+		if n := accepted.Load(); n != asked {
+			t.Errorf("a database its probe found unreadable was asked (%d connections, %d before)", n, asked)
+		}
+	})
+
+	t.Run("caller's deadline", func(t *testing.T) {
+		t.Parallel()
+		addr, _ := hungServer(t)
+		st := withSecond("root@tcp(" + addr + ")/x")
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		got, err := st.PullPosts(ctx, sources, 10, 0)
+		if err == nil {
+			t.Fatalf("read past the caller's deadline: %+v, want an error", got)
+		}
+		wantCode(t, err, feed.EUNAVAILABLE)
+	})
+}
+
+// hungServer listens and accepts connections but never answers, as a
+// frozen host does; it counts the connections it accepted.
+func hungServer(t *testing.T) (addr string, accepted *atomic.Int64) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	accepted = new(atomic.Int64)
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return l.Addr().String(), accepted
 }
 
 // A content id names one post in the whole service: with several shards

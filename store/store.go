@@ -95,7 +95,7 @@ func openShard(name string, cfg DatabaseConfig) (*Shard, error) {
 		sh.pools[c] = db
 	}
 	sh.DB = sh.pools[Workers]
-	sh.health.set(StateUnknown, nil)
+	sh.health.set(Health{State: StateUnknown})
 	return sh, nil
 }
 

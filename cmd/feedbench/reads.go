@@ -95,9 +95,9 @@ func (b *bench) reads(ctx context.Context) error {
 	}
 	svc := b.stack.svc
 	servicePager := func(ctx context.Context, s *session) (bool, error) {
-		_, next, err := svc.Feed(ctx, s.user, feed.Page{Limit: pageLimit, Cursor: s.cursor})
-		s.cursor = next
-		return next != "", err
+		page, err := svc.Feed(ctx, s.user, feed.Page{Limit: pageLimit, Cursor: s.cursor})
+		s.cursor = page.Next
+		return page.Next != "", err
 	}
 	load := &httpLoad{addr: b.stack.addr}
 	defer load.close()

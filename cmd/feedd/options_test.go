@@ -91,7 +91,7 @@ func TestConfigParse(t *testing.T) {
 				}
 				if !c.AutoMigrate || c.HTTPAddr != ":8080" || c.Service.InboxLimit != 300 ||
 					c.Service.PushThreshold != 10000 || c.Service.ActiveDays != 7 || c.Service.MaxFollowing != 2000 ||
-					!c.API || !c.Workers || c.APIToken != "" {
+					!c.API || !c.Workers || c.APIToken != "" || !c.Service.PartialReads || c.Service.SourceTimeout != 500*time.Millisecond {
 					t.Errorf("defaults differ from the contract: %+v", c)
 				}
 			},
@@ -134,13 +134,15 @@ func TestConfigParse(t *testing.T) {
 				"FEED_LOG_LEVEL":          "debug",
 				"FEED_CLOCK_SKEW":         "3s",
 				"FEED_INBOX_SLACK":        "35",
+				"FEED_PARTIAL_READS":      "false",
+				"FEED_SOURCE_TIMEOUT":     "250ms",
 			},
 			check: func(t *testing.T, c Config) {
 				s := c.Service
 				if c.API || c.Workers || s.Lease != 5*time.Second || s.PollInterval != 250*time.Millisecond ||
 					s.TaskSize != 77 || s.BatchSize != 33 || s.Workers != 2 || c.SoftStop != time.Minute ||
 					s.NodeID != 17 || c.LogFormat != "json" || c.LogLevel != "debug" || s.ClockSkew != 3*time.Second ||
-					s.InboxSlack != 35 {
+					s.InboxSlack != 35 || s.PartialReads || s.SourceTimeout != 250*time.Millisecond {
 					t.Errorf("environment not applied: %+v", c)
 				}
 			},
@@ -185,6 +187,7 @@ func TestConfigParse(t *testing.T) {
 		{name: "no workers", args: []string{"--mysql-dsn", dsn, "--worker-concurrency=0"}, wantErr: "workers"},
 		{name: "zero poll interval", args: []string{"--mysql-dsn", dsn, "--poll-interval=0s"}, wantErr: "poll interval"},
 		{name: "zero batch", args: []string{"--mysql-dsn", dsn, "--batch-size=0"}, wantErr: "batch size"},
+		{name: "zero source timeout", args: []string{"--mysql-dsn", dsn, "--source-timeout=0s"}, wantErr: "source timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -38,10 +38,13 @@ type Post struct {
 	Kind        string `json:"kind"`
 }
 
-// Page is one page of a list.
+// Page is one page of a list. Only feed pages can be partial: then
+// MissingAuthors names the followed authors whose posts could not be read.
 type Page[T any] struct {
-	Items      []T     `json:"items"`
-	NextCursor *string `json:"next_cursor"`
+	Items          []T      `json:"items"`
+	NextCursor     *string  `json:"next_cursor"`
+	Partial        bool     `json:"partial"`
+	MissingAuthors []string `json:"missing_authors"`
 }
 
 // Following is an item of a user's following list.
