@@ -324,3 +324,19 @@ func TestDeletePost(t *testing.T) {
 		}
 	})
 }
+
+// TestServerIDsLiveWithTheirAuthor checks that server-assigned content ids
+// hash to the author's own database, so a publish needs no other one.
+func TestServerIDsLiveWithTheirAuthor(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{shards: 4})
+	for author := uint64(1); author <= 20; author++ {
+		p, _, err := h.svc.Publish(t.Context(), service.PublishInput{AuthorID: author})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := h.store.ShardOf(p.ContentID), h.store.ShardOf(author); got != want {
+			t.Errorf("author %d's post %d lives on %s, want the author's %s", author, p.ContentID, got.Name, want.Name)
+		}
+	}
+}

@@ -119,7 +119,7 @@ func (s *Service) Publish(ctx context.Context, in PublishInput) (feed.Post, bool
 	// is drawn again, whether it collided with a live post or a deleted
 	// one: the client chose neither.
 	for range 3 {
-		p.ContentID = s.ids.next()
+		p.ContentID = s.homeID(p.AuthorID)
 		stored, created, err := s.store.PublishPost(ctx, p, now.UnixMilli())
 		if feed.ErrorCode(err) == feed.ECONFLICT {
 			continue
@@ -129,6 +129,27 @@ func (s *Service) Publish(ctx context.Context, in PublishInput) (feed.Post, bool
 		}
 	}
 	return feed.Post{}, false, feed.Errorf(feed.EUNAVAILABLE, "could not assign a unique content id")
+}
+
+// maxIDDraws bounds the ids homeID draws: with n databases a draw lands on
+// the author's with probability about 1/n.
+const maxIDDraws = 256
+
+// homeID draws a server-assigned content id that lives on the author's own
+// database, so that claiming it is part of the post's transaction there and
+// a publish needs no other database (one that is down cannot fail it). With
+// more databases than maxIDDraws can find, the last draw is used; its claim
+// then goes to its own database.
+func (s *Service) homeID(authorID uint64) uint64 {
+	home := s.store.ShardOf(authorID)
+	id := s.ids.next()
+	for range maxIDDraws - 1 {
+		if s.store.ShardOf(id) == home {
+			break
+		}
+		id = s.ids.next()
+	}
+	return id
 }
 
 func (s *Service) published(p feed.Post, created bool, err error) (feed.Post, bool, error) {

@@ -14,7 +14,7 @@ const (
 	StateOutdated = "outdated" // reachable, but the schema lacks migrations
 )
 
-// Health is a database's state as its last probe found it.
+// Health is a database's state as its last probes found it.
 type Health struct {
 	State string
 	// Unreadable says the probe's read failed, not only its write: the
@@ -29,11 +29,18 @@ type Health struct {
 // schema: work for it waits. Before the first probe it is not.
 func (h Health) Unreachable() bool { return h.State == StateDown || h.State == StateOutdated }
 
+// downAfter is how many probes in a row must fail before a database that
+// was up is reported down: one probe slowed past its deadline by a busy
+// host would otherwise take the database out of reads, fan-out and
+// readiness for a probe interval.
+const downAfter = 2
+
 // shardHealth holds a shard's last probe result; probes run in the
 // background so that readiness answers at once whatever the database does.
 type shardHealth struct {
-	mu sync.Mutex
-	h  Health
+	mu    sync.Mutex
+	h     Health
+	fails int // failed probes in a row
 }
 
 // set records a probe's result; Since is kept while the state stays.
@@ -41,6 +48,11 @@ func (h *shardHealth) set(next Health) (prev, cur Health) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	prev = h.h
+	if next.State != StateDown {
+		h.fails = 0
+	} else if h.fails++; prev.State == StateUp && h.fails < downAfter {
+		return prev, prev
+	}
 	next.Since = prev.Since
 	if prev.State != next.State {
 		next.Since = time.Now()
