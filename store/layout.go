@@ -30,10 +30,12 @@ func (s *Store) Layout() string {
 	for v, sh := range s.owner {
 		names[v] = sh.Name
 	}
-	return formatLayout(names)
+	return FormatLayout(names)
 }
 
-func formatLayout(names []string) string {
+// FormatLayout is the canonical text of a layout given the database of
+// every virtual shard.
+func FormatLayout(names []string) string {
 	var b strings.Builder
 	b.WriteString(strconv.Itoa(len(names)))
 	for first := 0; first < len(names); {
@@ -47,9 +49,9 @@ func formatLayout(names []string) string {
 	return b.String()
 }
 
-// parseLayout is the inverse of formatLayout: the database of every
+// ParseLayout is the inverse of FormatLayout: the database of every
 // virtual shard.
-func parseLayout(layout string) ([]string, error) {
+func ParseLayout(layout string) ([]string, error) {
 	fields := strings.Fields(layout)
 	if len(fields) == 0 {
 		return nil, fmt.Errorf("empty layout")
@@ -77,9 +79,19 @@ func parseLayout(layout string) ([]string, error) {
 // none adopt the store's at epoch 1 on a first start; a database that lacks
 // the epoch in force (one added empty, or one whose record a crash cut short)
 // gets it. A layout that differs is an error naming each run of virtual
-// shards it would move.
+// shards it would move, and so is a reshard under way.
 func (s *Store) CheckLayout(ctx context.Context) error {
 	mine := s.Layout()
+	for _, sh := range s.shards {
+		target, err := ReshardUnderWay(ctx, sh.DB)
+		if err != nil {
+			return fmt.Errorf("store: database %s: %w", sh.Name, err)
+		}
+		if target != "" {
+			return fmt.Errorf("sharding: a reshard to layout %q is under way (database %s records it): "+
+				"finish it with feedd reshard apply, or undo it with feedd reshard abort", target, sh.Name)
+		}
+	}
 	epoch, inForce, err := s.layoutInForce(ctx)
 	if err != nil {
 		return err
@@ -90,9 +102,8 @@ func (s *Store) CheckLayout(ctx context.Context) error {
 	if inForce != mine {
 		return layoutMismatch(epoch, inForce, mine)
 	}
-	now := time.Now().UnixMilli()
 	for _, sh := range s.shards {
-		_, err := sh.DB.ExecContext(ctx, recordLayoutSQL, epoch, mine, now)
+		err := RecordLayout(ctx, sh.DB, epoch, mine)
 		if mysqlErrno(err) == errNoSuchTable {
 			continue // migrating records it
 		}
@@ -116,31 +127,64 @@ func (s *Store) layoutInForce(ctx context.Context) (int64, string, error) {
 	var epoch int64
 	var layout string
 	for _, sh := range s.shards {
-		var row struct {
-			Epoch  int64  `db:"epoch"`
-			Layout string `db:"layout"`
-		}
-		err := sqlx.GetContext(ctx, sh.DB, &row, layoutInForceSQL)
-		if errors.Is(err, sql.ErrNoRows) || mysqlErrno(err) == errNoSuchTable {
-			continue // records none, or not migrated yet
-		}
+		e, l, err := ReadLayout(ctx, sh.DB)
 		if err != nil {
-			return 0, "", fmt.Errorf("store: database %s: read the layout in force: %w", sh.Name, classify(err))
+			return 0, "", fmt.Errorf("store: database %s: %w", sh.Name, err)
 		}
-		if row.Epoch > epoch {
-			epoch, layout = row.Epoch, row.Layout
+		if e > epoch {
+			epoch, layout = e, l
 		}
 	}
 	return epoch, layout, nil
 }
 
+// ReadLayout returns the highest epoch a database records and its layout
+// (0 and "" when it records none, or is not migrated yet).
+func ReadLayout(ctx context.Context, db sqlx.QueryerContext) (int64, string, error) {
+	var row struct {
+		Epoch  int64  `db:"epoch"`
+		Layout string `db:"layout"`
+	}
+	err := sqlx.GetContext(ctx, db, &row, layoutInForceSQL)
+	if errors.Is(err, sql.ErrNoRows) || mysqlErrno(err) == errNoSuchTable {
+		return 0, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("read the layout in force: %w", classify(err))
+	}
+	return row.Epoch, row.Layout, nil
+}
+
+// RecordLayout records a layout at an epoch on a database; recording it
+// again changes nothing.
+func RecordLayout(ctx context.Context, db sqlx.ExecerContext, epoch int64, layout string) error {
+	_, err := db.ExecContext(ctx, recordLayoutSQL, epoch, layout, time.Now().UnixMilli())
+	return err
+}
+
+const reshardUnderWaySQL = `SELECT layout FROM reshard WHERE id = 0`
+
+// ReshardUnderWay returns the layout a reshard under way on the database
+// moves to, or "" when there is none.
+func ReshardUnderWay(ctx context.Context, db sqlx.QueryerContext) (string, error) {
+	var layout string
+	err := sqlx.GetContext(ctx, db, &layout, reshardUnderWaySQL)
+	if errors.Is(err, sql.ErrNoRows) || mysqlErrno(err) == errNoSuchTable {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the reshard under way: %w", classify(err))
+	}
+	return layout, nil
+}
+
 // layoutMismatch names the runs of virtual shards that want differs on.
 func layoutMismatch(epoch int64, inForce, want string) error {
-	have, err := parseLayout(inForce)
+	have, err := ParseLayout(inForce)
 	if err != nil {
 		return fmt.Errorf("store: the layout in force (epoch %d) is unreadable: %w", epoch, err)
 	}
-	wantNames, _ := parseLayout(want)
+	wantNames, _ := ParseLayout(want)
 	if len(have) != len(wantNames) {
 		return fmt.Errorf("sharding: virtual_shards is %d, the data is laid out in %d (epoch %d); it cannot change",
 			len(wantNames), len(have), epoch)

@@ -51,15 +51,39 @@ func hasPendingMigrations(ctx context.Context, db *sql.DB) (bool, error) {
 // embedded migrations to it.
 func (s *Store) Migrate(ctx context.Context, log *slog.Logger) error {
 	for _, sh := range s.shards {
-		if err := createDatabase(ctx, sh.DB.DriverName(), sh.dsn); err != nil {
-			return fmt.Errorf("store: migrate shard %s: %w", sh.Name, classify(err))
+		if err := migrateShard(ctx, sh, log); err != nil {
+			return err
 		}
-		res, version, err := migrateLocked(ctx, sh)
-		if err != nil {
-			return fmt.Errorf("store: migrate shard %s: %w", sh.Name, classify(err))
-		}
-		log.Info("store: migrated", "shard", sh.Name, "applied", len(res), "version", version)
 	}
+	return nil
+}
+
+// MigrateDatabase does what Migrate does for one database named by a DSN:
+// for tools that reach databases outside a Store, such as the new ones of
+// a reshard.
+func MigrateDatabase(ctx context.Context, name, dsn string, log *slog.Logger) error {
+	sh, err := openShard(name, DatabaseConfig{DSN: dsn, Connections: Connections{Read: 1, Write: 1, Workers: 2}})
+	if err != nil {
+		return fmt.Errorf("store: database %q: %w", name, err)
+	}
+	defer func() {
+		for _, db := range sh.pools {
+			db.Close()
+		}
+		sh.conn.Close()
+	}()
+	return migrateShard(ctx, sh, log)
+}
+
+func migrateShard(ctx context.Context, sh *Shard, log *slog.Logger) error {
+	if err := createDatabase(ctx, sh.DB.DriverName(), sh.dsn); err != nil {
+		return fmt.Errorf("store: migrate shard %s: %w", sh.Name, classify(err))
+	}
+	res, version, err := migrateLocked(ctx, sh)
+	if err != nil {
+		return fmt.Errorf("store: migrate shard %s: %w", sh.Name, classify(err))
+	}
+	log.Info("store: migrated", "shard", sh.Name, "applied", len(res), "version", version)
 	return nil
 }
 

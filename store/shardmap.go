@@ -93,6 +93,17 @@ func LoadShardMap(path string) (*ShardMap, error) {
 
 // ParseShardMap parses and validates sharding.yaml content.
 func ParseShardMap(b []byte) (*ShardMap, error) {
+	return parseShardMap(b, false)
+}
+
+// ParseReshardMap parses a map a reshard moves the data to. It may list
+// databases that own no range: those being emptied, whose rows move to the
+// others, and whose DSNs the reshard needs to read them.
+func ParseReshardMap(b []byte) (*ShardMap, error) {
+	return parseShardMap(b, true)
+}
+
+func parseShardMap(b []byte, emptyDatabases bool) (*ShardMap, error) {
 	var m ShardMap
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
@@ -103,7 +114,7 @@ func ParseShardMap(b []byte) (*ShardMap, error) {
 		db.DSN = expandEnv(db.DSN)
 		m.Databases[name] = db
 	}
-	if _, err := m.assignments(); err != nil {
+	if _, err := m.assign(emptyDatabases); err != nil {
 		return nil, err
 	}
 	return &m, nil
@@ -121,7 +132,13 @@ func expandEnv(s string) string {
 
 // assignments validates the map and returns the database name of every
 // virtual shard, indexed by virtual shard.
-func (m *ShardMap) assignments() ([]string, error) {
+func (m *ShardMap) assignments() ([]string, error) { return m.assign(false) }
+
+// Owners validates a reshard's map and returns the database name of every
+// virtual shard, indexed by virtual shard.
+func (m *ShardMap) Owners() ([]string, error) { return m.assign(true) }
+
+func (m *ShardMap) assign(emptyDatabases bool) ([]string, error) {
 	n := m.VirtualShards
 	if n < 1 || n > 1<<16 || bits.OnesCount(uint(n)) != 1 {
 		return nil, fmt.Errorf("sharding: virtual_shards must be a power of two in 1..65536, got %d", n)
@@ -162,7 +179,7 @@ func (m *ShardMap) assignments() ([]string, error) {
 		return nil, fmt.Errorf("sharding: virtual shard %d is in no range", i)
 	}
 	for name := range m.Databases {
-		if !used[name] {
+		if !used[name] && !emptyDatabases {
 			return nil, fmt.Errorf("sharding: database %q owns no range", name)
 		}
 	}

@@ -60,6 +60,7 @@ func main() {
 type Main struct {
 	Command string
 	Config  Config
+	Reshard reshardConfig
 	Stderr  io.Writer
 	Log     *slog.Logger
 
@@ -85,17 +86,22 @@ const usage = `usage: feedd <command> [flags]
 commands:
   serve    run the HTTP API and the fan-out workers
   migrate  apply the schema migrations to every shard
+  reshard  move virtual shards between databases (feedd reshard -h)
 
 Every flag has an environment variable FEED_<FLAG> (e.g. FEED_MYSQL_DSN);
 run "feedd serve -h" for the flags.`
 
 // ParseFlags reads the command, then the environment and flags.
 func (m *Main) ParseFlags(args []string) error {
-	if len(args) == 0 || (args[0] != "serve" && args[0] != "migrate") {
+	if len(args) == 0 || (args[0] != "serve" && args[0] != "migrate" && args[0] != "reshard") {
 		fmt.Fprintln(m.Stderr, usage)
 		return flag.ErrHelp
 	}
 	m.Command = args[0]
+	if m.Command == "reshard" {
+		m.Log = newLogger(m.Stderr, m.Config.LogFormat, m.Config.LogLevel)
+		return m.Reshard.parse(args[1:], m.Stderr)
+	}
 	if err := m.Config.parse("feedd "+m.Command, args[1:], m.Stderr); err != nil {
 		return err
 	}
@@ -129,6 +135,9 @@ func (d driverLog) Print(v ...any) {
 func (m *Main) Run(ctx context.Context) error {
 	if m.Log == nil {
 		m.Log = newLogger(m.Stderr, m.Config.LogFormat, m.Config.LogLevel)
+	}
+	if m.Command == "reshard" {
+		return runReshard(ctx, m.Reshard, m.Stderr)
 	}
 	m.Log.Info("feedd: starting", append([]any{"command", m.Command}, m.Config.settings()...)...)
 	shardMap := store.SingleShardMap(m.Config.MySQLDSN)

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/reshard"
+)
+
+const reshardUsage = `usage: feedd reshard <plan|apply|status|abort|cleanup> --sharding FILE [flags]
+
+  plan     what would move: ranges, rows per table, an estimate of the time
+  apply    move the data (every feedd process stopped), verify it, cut over
+  status   the layout in force, its epoch, and a reshard under way
+  abort    undo a reshard that has not cut over
+  cleanup  delete moved rows from the databases they left
+
+FILE is the edited sharding.yaml: the layout to move to. A database being
+emptied stays listed in it, with no ranges, until cleanup has run.`
+
+// reshardConfig is the reshard command's settings.
+type reshardConfig struct {
+	Step     string
+	Sharding string
+	Batch    int
+	Throttle time.Duration
+	Progress bool
+	IdleFor  time.Duration
+}
+
+func (c *reshardConfig) parse(args []string, stderr io.Writer) error {
+	steps := []string{"plan", "apply", "status", "abort", "cleanup"}
+	if len(args) == 0 || !slices.Contains(steps, args[0]) {
+		fmt.Fprintln(stderr, reshardUsage)
+		return flag.ErrHelp
+	}
+	c.Step = args[0]
+	fs := flag.NewFlagSet("feedd reshard "+c.Step, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Sharding, "sharding", "", "the sharding.yaml to move the data to (required)")
+	fs.IntVar(&c.Batch, "batch-size", 1000, "rows per statement")
+	fs.DurationVar(&c.Throttle, "throttle", 0, "pause after each batch, to spare a busy server")
+	fs.BoolVar(&c.Progress, "progress", true, "draw a progress bar on stderr")
+	fs.DurationVar(&c.IdleFor, "idle-for", 5*time.Second, "apply: how long no feedd process may have probed a database (feedd must be stopped)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	if c.Sharding == "" {
+		return fmt.Errorf("reshard %s: --sharding FILE is required", c.Step)
+	}
+	if c.Batch < 1 {
+		return fmt.Errorf("--batch-size must be >= 1")
+	}
+	return nil
+}
+
+// runReshard runs one reshard step, reporting to w.
+func runReshard(ctx context.Context, c reshardConfig, w io.Writer) error {
+	m, err := loadReshardMap(c.Sharding)
+	if err != nil {
+		return err
+	}
+	bar := newRowBar(w, c.Progress)
+	opt := reshard.Options{BatchSize: c.Batch, Throttle: c.Throttle, Progress: bar.report, IdleFor: c.IdleFor}
+	r, err := reshard.Open(ctx, m, opt)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	switch c.Step {
+	case "status":
+		st, err := r.Status(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "layout in force (epoch %d): %s\n", st.Epoch, st.InForce)
+		for db, layout := range st.UnderWay {
+			fmt.Fprintf(w, "reshard under way (marked on %s): to %s\n", db, layout)
+		}
+		printMoves(w, "to move to the file's layout", st.Moves)
+		return nil
+	case "plan":
+		fmt.Fprintf(w, "layout in force (epoch %d): %s\nthe file's layout:          %s\n", r.Epoch(), r.LayoutInForce(), r.Target())
+		printMoves(w, "moves", r.Moves)
+		if len(r.Moves) == 0 {
+			return nil
+		}
+		p, err := r.Plan(ctx)
+		bar.finish()
+		if err != nil {
+			return err
+		}
+		var total int64
+		for _, t := range slices.Sorted(maps.Keys(p.Rows)) {
+			fmt.Fprintf(w, "  %-14s %12d rows\n", t, p.Rows[t])
+			total += p.Rows[t]
+		}
+		rate := float64(p.Scanned) / max(p.Elapsed.Seconds(), 1e-3)
+		// apply reads the sources twice (copy, verify), the targets once,
+		// and writes the moving rows: about three reads of the sources.
+		est := time.Duration(3 * float64(p.Scanned) / max(rate, 1) * float64(time.Second))
+		fmt.Fprintf(w, "  %-14s %12d rows to copy; %d rows read in %s (%.0f rows/s); apply: about %s\n",
+			"total", total, p.Scanned, p.Elapsed.Round(time.Millisecond), rate, est.Round(time.Second))
+		return nil
+	case "apply":
+		printMoves(w, "moves", r.Moves)
+		start := time.Now()
+		err := r.Apply(ctx)
+		bar.finish()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "done in %s: layout in force (epoch %d): %s\nrun `feedd reshard cleanup --sharding %s` to delete the moved rows from the databases they left\n",
+			time.Since(start).Round(time.Millisecond), r.Epoch(), r.LayoutInForce(), c.Sharding)
+		return nil
+	case "abort":
+		err := r.Abort(ctx)
+		bar.finish()
+		if err == nil {
+			fmt.Fprintf(w, "aborted: the layout in force stays epoch %d: %s\n", r.Epoch(), r.LayoutInForce())
+		}
+		return err
+	default: // cleanup
+		err := r.Cleanup(ctx)
+		bar.finish()
+		if err == nil {
+			fmt.Fprintln(w, "cleaned up: every database holds only the virtual shards the layout in force gives it")
+		}
+		return err
+	}
+}
+
+func loadReshardMap(path string) (*store.ShardMap, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("sharding: %w", err)
+	}
+	return store.ParseReshardMap(b)
+}
+
+func printMoves(w io.Writer, title string, moves []reshard.Move) {
+	if len(moves) == 0 {
+		fmt.Fprintf(w, "%s: none, the file's layout is the one in force\n", title)
+		return
+	}
+	fmt.Fprintf(w, "%s:\n", title)
+	for _, m := range moves {
+		fmt.Fprintf(w, "  %s\n", m)
+	}
+}
+
+// rowBar draws one progress bar per step and table: rows read, the moving
+// rows among them, the rate.
+type rowBar struct {
+	w    io.Writer
+	on   bool
+	bar  *progressbar.ProgressBar
+	name string
+}
+
+func newRowBar(w io.Writer, on bool) *rowBar { return &rowBar{w: w, on: on} }
+
+func (b *rowBar) report(p reshard.Progress) {
+	if !b.on {
+		return
+	}
+	name := p.Step + " " + p.Table
+	if name != b.name {
+		b.finish()
+		b.name = name
+		b.bar = progressbar.NewOptions64(-1,
+			progressbar.OptionSetWriter(b.w),
+			progressbar.OptionSetDescription(fmt.Sprintf("%-22s", name)),
+			progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(),
+			progressbar.OptionSetItsString("rows"),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionSpinnerType(14))
+	}
+	_ = b.bar.Set64(p.Rows)
+	b.bar.Describe(fmt.Sprintf("%-22s %s moving", name, strings.TrimSpace(fmt.Sprint(p.Moved))))
+}
+
+func (b *rowBar) finish() {
+	if b.bar != nil {
+		_ = b.bar.Finish()
+		fmt.Fprintln(b.w)
+		b.bar = nil
+	}
+}

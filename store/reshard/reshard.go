@@ -1,0 +1,340 @@
+// Package reshard moves virtual shards between databases. The rows of every
+// table keyed by an id of a moving virtual shard are copied to the database
+// the new map names, the copies are verified against their sources, and the
+// new layout is recorded with the next epoch, all with feedd stopped: the
+// layout in force and a marker on every database keep feedd from starting
+// meanwhile. Every step can run again after a crash: copies insert what is
+// missing, verification reads, the cut-over records idempotently.
+package reshard
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed/store"
+)
+
+// keyed lists every table whose rows move with a virtual shard, and the
+// column whose id places a row.
+var keyed = []struct{ name, key string }{
+	{"posts", "author_id"},
+	{"deliveries", "author_id"},
+	{"fanout_tasks", "author_id"},
+	{"followers", "author_id"},
+	{"authors", "author_id"},
+	{"inbox", "user_id"},
+	{"following", "user_id"},
+	{"follow_events", "user_id"},
+	{"content_ids", "content_id"},
+}
+
+// Move is a run of virtual shards that changes database.
+type Move struct {
+	First, Last int
+	From, To    string
+}
+
+func (m Move) String() string {
+	return fmt.Sprintf("vshards %d-%d: %s -> %s", m.First, m.Last, m.From, m.To)
+}
+
+// Progress reports rows handled by a long step.
+type Progress struct {
+	Step  string // "count", "copy", "verify", "cleanup", "abort"
+	Table string
+	Rows  int64 // rows read so far in this step
+	Moved int64 // rows of moving virtual shards among them
+}
+
+// Options tune a reshard.
+type Options struct {
+	// BatchSize is the rows one statement reads or writes (default 1000).
+	BatchSize int
+	// Throttle is a pause after each batch, to spare a busy server.
+	Throttle time.Duration
+	// Progress, if set, is called after each batch.
+	Progress func(Progress)
+	// IdleFor is how long no feedd process may have probed a database for
+	// a reshard to start (default 5 s): feedd must be stopped.
+	IdleFor time.Duration
+	// Log receives the migrations' lines (nil: discarded).
+	Log *slog.Logger
+}
+
+// Reshard is a move from the layout in force to the layout of a map.
+type Reshard struct {
+	dbs     map[string]*sqlx.DB
+	names   []string // of dbs, sorted
+	epoch   int64    // of the layout in force
+	inForce []string // database of each virtual shard, in force
+	target  []string // database of each virtual shard, wanted
+	Moves   []Move
+	opt     Options
+}
+
+// Open connects to every database of m (which may list databases that
+// own no range: those being emptied) and reads the layout in force.
+func Open(ctx context.Context, m *store.ShardMap, opt Options) (*Reshard, error) {
+	target, err := m.Owners()
+	if err != nil {
+		return nil, err
+	}
+	opt.BatchSize = max(opt.BatchSize, 1)
+	if opt.BatchSize == 1 {
+		opt.BatchSize = 1000
+	}
+	if opt.IdleFor == 0 {
+		opt.IdleFor = 5 * time.Second
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	r := &Reshard{dbs: map[string]*sqlx.DB{}, target: target, opt: opt}
+	for name, cfg := range m.Databases {
+		// A database new to the deployment gets the schema first.
+		if err := store.MigrateDatabase(ctx, name, cfg.DSN, opt.Log); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("reshard: %w", err)
+		}
+		c, err := mysql.ParseDSN(cfg.DSN)
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("reshard: database %q: bad dsn: %w", name, err)
+		}
+		c.InterpolateParams = true
+		db, err := sqlx.Open("mysql", c.FormatDSN())
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		db.SetMaxOpenConns(4)
+		r.dbs[name] = db
+		r.names = append(r.names, name)
+	}
+	slices.Sort(r.names)
+	var layout string
+	for _, name := range r.names {
+		e, l, err := store.ReadLayout(ctx, r.dbs[name])
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("reshard: database %s: %w", name, err)
+		}
+		if e > r.epoch {
+			r.epoch, layout = e, l
+		}
+	}
+	if r.epoch == 0 {
+		r.Close()
+		return nil, fmt.Errorf("reshard: no database records a layout in force: start feedd once with the map the data is laid out by")
+	}
+	if r.inForce, err = store.ParseLayout(layout); err != nil {
+		r.Close()
+		return nil, fmt.Errorf("reshard: the layout in force (epoch %d): %w", r.epoch, err)
+	}
+	if len(r.inForce) != len(target) {
+		r.Close()
+		return nil, fmt.Errorf("reshard: the map has %d virtual shards, the data %d; the count cannot change", len(target), len(r.inForce))
+	}
+	for _, name := range r.inForce {
+		if _, ok := r.dbs[name]; !ok {
+			r.Close()
+			return nil, fmt.Errorf("reshard: database %s holds virtual shards in force but is not in the map; list it there (with no ranges if it is being emptied)", name)
+		}
+	}
+	r.Moves = moves(r.inForce, target)
+	return r, nil
+}
+
+// Close closes the connections.
+func (r *Reshard) Close() {
+	for _, db := range r.dbs {
+		db.Close()
+	}
+}
+
+// Epoch is the epoch of the layout in force.
+func (r *Reshard) Epoch() int64 { return r.epoch }
+
+// LayoutInForce and Target are the canonical texts of both layouts.
+func (r *Reshard) LayoutInForce() string { return store.FormatLayout(r.inForce) }
+func (r *Reshard) Target() string        { return store.FormatLayout(r.target) }
+
+// moves lists the runs of virtual shards whose database changes.
+func moves(from, to []string) []Move {
+	var out []Move
+	for v := 0; v < len(from); {
+		if from[v] == to[v] {
+			v++
+			continue
+		}
+		last := v
+		for last+1 < len(from) && from[last+1] == from[v] && to[last+1] == to[v] {
+			last++
+		}
+		out = append(out, Move{First: v, Last: last, From: from[v], To: to[v]})
+		v = last + 1
+	}
+	return out
+}
+
+// table is a keyed table as the server describes it.
+type table struct {
+	name string
+	cols []string // in order
+	pk   []int    // indexes into cols
+	key  int      // index of the placing id into cols
+}
+
+const columnsSQL = `SELECT COLUMN_NAME FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`
+
+const primaryKeySQL = `SELECT COLUMN_NAME FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX`
+
+// describe reads the keyed tables' columns and primary keys from db.
+func describe(ctx context.Context, db *sqlx.DB) ([]table, error) {
+	out := make([]table, 0, len(keyed))
+	for _, k := range keyed {
+		t := table{name: k.name, key: -1}
+		if err := db.SelectContext(ctx, &t.cols, columnsSQL, k.name); err != nil {
+			return nil, err
+		}
+		var pk []string
+		if err := db.SelectContext(ctx, &pk, primaryKeySQL, k.name); err != nil {
+			return nil, err
+		}
+		t.key = slices.Index(t.cols, k.key)
+		for _, c := range pk {
+			t.pk = append(t.pk, slices.Index(t.cols, c))
+		}
+		if len(t.cols) == 0 || t.key < 0 || len(t.pk) == 0 || slices.Contains(t.pk, -1) {
+			return nil, fmt.Errorf("table %s: unexpected schema (columns %v, primary key %v): migrate every database first", k.name, t.cols, pk)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// quoted returns the columns backquoted and comma-separated.
+func quoted(cols []string) string {
+	q := make([]string, len(cols))
+	for i, c := range cols {
+		q[i] = "`" + c + "`"
+	}
+	return strings.Join(q, ", ")
+}
+
+// after returns the keyset predicate "pk > last" in its long form, which
+// every MySQL-family server range-scans, and its arguments.
+func (t table) after(last []any) (string, []any) {
+	var b strings.Builder
+	var args []any
+	for i, c := range t.pk {
+		col := "`" + t.cols[c] + "`"
+		if i == len(t.pk)-1 {
+			b.WriteString(col + " > ?")
+			args = append(args, last[c])
+			break
+		}
+		b.WriteString(col + " > ? OR (" + col + " = ? AND (")
+		args = append(args, last[c], last[c])
+	}
+	b.WriteString(strings.Repeat("))", len(t.pk)-1))
+	return b.String(), args
+}
+
+// scan reads every row of t on db in primary key order, batch by batch,
+// and calls fn with each row's placing id and values (nil for NULL).
+func (r *Reshard) scan(ctx context.Context, db *sqlx.DB, t table, fn func(id uint64, row []any) error) error {
+	cols := quoted(t.cols)
+	order := make([]string, len(t.pk))
+	for i, c := range t.pk {
+		order[i] = "`" + t.cols[c] + "`"
+	}
+	var last []any
+	for {
+		q := "SELECT " + cols + " FROM `" + t.name + "`"
+		var args []any
+		if last != nil {
+			where, a := t.after(last)
+			q += " WHERE " + where
+			args = a
+		}
+		q += " ORDER BY " + strings.Join(order, ", ") + " LIMIT ?"
+		args = append(args, r.opt.BatchSize)
+		n, err := scanBatch(ctx, db, q, args, len(t.cols), func(row []any) error {
+			last = row
+			id, err := placingID(row[t.key])
+			if err != nil {
+				return fmt.Errorf("table %s: %w", t.name, err)
+			}
+			return fn(id, row)
+		})
+		if err != nil {
+			return err
+		}
+		if n < r.opt.BatchSize {
+			return nil
+		}
+		if r.opt.Throttle > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(r.opt.Throttle):
+			}
+		}
+	}
+}
+
+func scanBatch(ctx context.Context, db *sqlx.DB, q string, args []any, ncols int, fn func(row []any) error) (int, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	n := 0
+	raw := make([]sql.RawBytes, ncols)
+	ptrs := make([]any, ncols)
+	for i := range raw {
+		ptrs[i] = &raw[i]
+	}
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return n, err
+		}
+		row := make([]any, ncols)
+		for i, b := range raw {
+			if b != nil {
+				row[i] = []byte(strings.Clone(string(b)))
+			}
+		}
+		n++
+		if err := fn(row); err != nil {
+			return n, err
+		}
+	}
+	return n, rows.Err()
+}
+
+func placingID(v any) (uint64, error) {
+	b, ok := v.([]byte)
+	if !ok {
+		return 0, fmt.Errorf("a row without its placing id")
+	}
+	var id uint64
+	if _, err := fmt.Sscan(string(b), &id); err != nil {
+		return 0, fmt.Errorf("placing id %q: %w", b, err)
+	}
+	return id, nil
+}
+
+// vshard returns the virtual shard of an id.
+func (r *Reshard) vshard(id uint64) int { return store.VirtualShard(id, len(r.target)) }
