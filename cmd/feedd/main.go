@@ -229,7 +229,7 @@ func (m *Main) Addr() string {
 // release their claims, then the pools close.
 func (m *Main) Close() error {
 	var errs []error
-	serving := m.store != nil
+	serving := m.svc != nil
 	if m.echo != nil {
 		// Load balancers see /readyz fail and stop sending requests while
 		// they are still served; then the listener closes.
