@@ -4,11 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,20 +44,7 @@ func TestWriteStall(t *testing.T) {
 	admin, err := sql.Open("mysql", srv.DSN)
 	must(t, err)
 	defer admin.Close()
-	lock, err := admin.Conn(ctx)
-	must(t, err)
-	defer lock.Close()
-	_, err = lock.ExecContext(ctx, "FLUSH TABLES WITH READ LOCK")
-	must(t, err)
-	locked := true
-	unlock := func() {
-		if locked {
-			_, err := lock.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES")
-			must(t, err)
-			locked = false
-		}
-	}
-	defer unlock()
+	unlock := backupLock(t, srv)
 
 	// Writes stall on the lock and answer 503 with Retry-After.
 	post := client.PublishRequest{ContentID: "11", PublishTime: 2_000}
@@ -127,6 +118,39 @@ func TestWriteStall(t *testing.T) {
 	if strings.Contains(log.String(), "http: internal error") || strings.Contains(log.String(), "context canceled") {
 		t.Errorf("the stall was logged as a server fault:\n%s", log.String())
 	}
+}
+
+// backupLock holds FLUSH TABLES WITH READ LOCK on srv, as a backup does,
+// until the returned unlock (called at the end of the test at the latest).
+func backupLock(t *testing.T, srv *storetest.Server) (unlock func()) {
+	t.Helper()
+	db, err := sql.Open("mysql", srv.DSN)
+	must(t, err)
+	conn, err := db.Conn(t.Context())
+	must(t, err)
+	_, err = conn.ExecContext(t.Context(), "FLUSH TABLES WITH READ LOCK")
+	must(t, err)
+	var once sync.Once
+	unlock = func() {
+		once.Do(func() {
+			_, err := conn.ExecContext(context.Background(), "UNLOCK TABLES")
+			conn.Close()
+			db.Close()
+			must(t, err)
+		})
+	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
+// twoDatabases writes a sharding.yaml with virtual shards 0-511 on database
+// a and 512-1023 on b, and returns its path.
+func twoDatabases(t *testing.T, dsnA, dsnB string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sharding.yaml")
+	yaml := fmt.Sprintf("virtual_shards: 1024\ndatabases:\n  a: {dsn: %q}\n  b: {dsn: %q}\nranges:\n  - {vshards: 0-511, database: a}\n  - {vshards: 512-1023, database: b}\n", dsnA, dsnB)
+	must(t, os.WriteFile(path, []byte(yaml), 0o600))
+	return path
 }
 
 // metricValue scrapes /metrics and returns the sample named exactly series
@@ -243,12 +267,7 @@ func TestReadsDuringWriteStall(t *testing.T) {
 	admin, err := sql.Open("mysql", srv.DSN)
 	must(t, err)
 	defer admin.Close()
-	lock, err := admin.Conn(ctx)
-	must(t, err)
-	defer lock.Close()
-	_, err = lock.ExecContext(ctx, "FLUSH TABLES WITH READ LOCK")
-	must(t, err)
-	defer lock.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES")
+	unlock := backupLock(t, srv)
 
 	results := make(chan error, publishes)
 	for i := 6; i < 6+publishes; i++ {
@@ -272,8 +291,7 @@ func TestReadsDuringWriteStall(t *testing.T) {
 	for range publishes {
 		wantAPIError(t, <-results, http.StatusServiceUnavailable, "unavailable")
 	}
-	_, err = lock.ExecContext(ctx, "UNLOCK TABLES")
-	must(t, err)
+	unlock()
 
 	for i := 6; i < 6+publishes; i++ {
 		a, p := post(i)

@@ -2,12 +2,8 @@ package main
 
 import (
 	"cmp"
-	"context"
-	"database/sql"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,20 +27,7 @@ import (
 func TestPartialFeed(t *testing.T) {
 	t.Parallel()
 	srv := storetest.StartServer(t)
-	yaml := fmt.Sprintf(`virtual_shards: 1024
-databases:
-  a:
-    dsn: %q
-  b:
-    dsn: %q
-ranges:
-  - vshards: 0-511
-    database: a
-  - vshards: 512-1023
-    database: b
-`, storetest.DatabaseDSN(t), srv.DSN+"feed")
-	path := filepath.Join(t.TempDir(), "sharding.yaml")
-	must(t, os.WriteFile(path, []byte(yaml), 0o600))
+	path := twoDatabases(t, storetest.DatabaseDSN(t), srv.DSN+"feed")
 	// No workers: the follows stay pending, so every page merges the
 	// followed authors' outboxes.
 	args := []string{"serve", "--sharding", path, "--http-addr", "127.0.0.1:0", "--workers=false",
@@ -152,15 +135,7 @@ ranges:
 		}
 	}
 
-	admin, err := sql.Open("mysql", srv.DSN)
-	must(t, err)
-	defer admin.Close()
-	lock, err := admin.Conn(ctx)
-	must(t, err)
-	defer lock.Close()
-	_, err = lock.ExecContext(ctx, "FLUSH TABLES WITH READ LOCK")
-	must(t, err)
-	defer lock.ExecContext(context.WithoutCancel(ctx), "UNLOCK TABLES")
+	backupLock(t, srv)
 	waitFor(t, "b reported down under the lock", func() bool {
 		_, body := httpGet(t, base+"/readyz")
 		return strings.Contains(body, `"b":"down"`)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -28,10 +26,7 @@ import (
 func TestOneShardDown(t *testing.T) {
 	t.Parallel()
 	srvB := storetest.StartServer(t)
-	path := filepath.Join(t.TempDir(), "sharding.yaml")
-	yaml := fmt.Sprintf("virtual_shards: 1024\ndatabases:\n  a: {dsn: %q}\n  b: {dsn: %q}\nranges:\n  - {vshards: 0-511, database: a}\n  - {vshards: 512-1023, database: b}\n",
-		storetest.DatabaseDSN(t), srvB.DSN+"feed_b")
-	must(t, os.WriteFile(path, []byte(yaml), 0o600))
+	path := twoDatabases(t, storetest.DatabaseDSN(t), srvB.DSN+"feed_b")
 	m, _ := startMain(t, "serve", "--sharding", path, "--http-addr", "127.0.0.1:0", "--poll-interval", "20ms",
 		"--probe-interval", "200ms", "--probe-timeout", "500ms", "--read-deadline", "1s", "--write-deadline", "2s",
 		"--push-threshold", "15", "--lease", "3s")
