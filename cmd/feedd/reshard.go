@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -162,8 +161,9 @@ func printMoves(w io.Writer, title string, moves []reshard.Move) {
 	}
 }
 
-// rowBar draws one progress bar per step and table: rows read, the moving
-// rows among them, the rate.
+// rowBar draws one progress bar per step and table: rows read against the
+// server's estimate of the table's rows (hence an ETA), the moving rows
+// among them, the rate.
 type rowBar struct {
 	w    io.Writer
 	on   bool
@@ -177,21 +177,24 @@ func (b *rowBar) report(p reshard.Progress) {
 	if !b.on {
 		return
 	}
-	name := p.Step + " " + p.Table
+	name := fmt.Sprintf("%-6s %-14s", p.Step, p.Table)
 	if name != b.name {
 		b.finish()
 		b.name = name
-		b.bar = progressbar.NewOptions64(-1,
+		b.bar = progressbar.NewOptions64(max(p.Estimate, p.Rows, 1),
 			progressbar.OptionSetWriter(b.w),
-			progressbar.OptionSetDescription(fmt.Sprintf("%-22s", name)),
+			progressbar.OptionSetDescription(fmt.Sprintf("%s %7d moving", name, p.Moved)),
 			progressbar.OptionShowCount(),
 			progressbar.OptionShowIts(),
 			progressbar.OptionSetItsString("rows"),
-			progressbar.OptionThrottle(100*time.Millisecond),
-			progressbar.OptionSpinnerType(14))
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond))
 	}
+	if p.Rows > b.bar.GetMax64() {
+		b.bar.ChangeMax64(p.Rows)
+	}
+	b.bar.Describe(fmt.Sprintf("%s %7d moving", name, p.Moved))
 	_ = b.bar.Set64(p.Rows)
-	b.bar.Describe(fmt.Sprintf("%-22s %s moving", name, strings.TrimSpace(fmt.Sprint(p.Moved))))
 }
 
 func (b *rowBar) finish() {

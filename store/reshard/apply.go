@@ -50,7 +50,7 @@ func (r *Reshard) eachSourceRow(ctx context.Context, step string, fn func(t tabl
 			return fmt.Errorf("reshard: database %s: %w", from, err)
 		}
 		for _, t := range tables {
-			pr := Progress{Step: step, Table: t.name}
+			pr := Progress{Step: step, Table: t.name, Estimate: estimate(ctx, db, t.name)}
 			err := r.scan(ctx, db, t, func(id uint64, row []any) error {
 				pr.Rows++
 				*scanned++
@@ -318,7 +318,7 @@ func (r *Reshard) digests(ctx context.Context, step string, side func(v int) str
 			return nil, fmt.Errorf("reshard: database %s: %w", name, err)
 		}
 		for _, t := range tables {
-			pr := Progress{Step: step, Table: t.name}
+			pr := Progress{Step: step, Table: t.name, Estimate: estimate(ctx, db, t.name)}
 			err := r.scan(ctx, db, t, func(id uint64, row []any) error {
 				pr.Rows++
 				if v := r.vshard(id); moving[v] && side(v) == name {
@@ -434,7 +434,7 @@ func (r *Reshard) deleteWhere(ctx context.Context, step string, gone func(name s
 			return fmt.Errorf("reshard: database %s: %w", name, err)
 		}
 		for _, t := range tables {
-			pr := Progress{Step: step, Table: t.name}
+			pr := Progress{Step: step, Table: t.name, Estimate: estimate(ctx, db, t.name)}
 			var keys [][]any
 			del := func() error {
 				if len(keys) == 0 {

@@ -52,6 +52,9 @@ type Progress struct {
 	Table string
 	Rows  int64 // rows read so far in this step
 	Moved int64 // rows of moving virtual shards among them
+	// Estimate is the server's estimate of the table's rows (InnoDB's
+	// TABLE_ROWS), for a rate's ETA; the scan may read more or fewer.
+	Estimate int64
 }
 
 // Options tune a reshard.
@@ -191,6 +194,16 @@ type table struct {
 	cols []string // in order
 	pk   []int    // indexes into cols
 	key  int      // index of the placing id into cols
+}
+
+const estimateSQL = `SELECT COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`
+
+// estimate returns the server's estimate of a table's rows (0 if unknown).
+func estimate(ctx context.Context, db *sqlx.DB, name string) int64 {
+	var n int64
+	_ = db.GetContext(ctx, &n, estimateSQL, name)
+	return n
 }
 
 const columnsSQL = `SELECT COLUMN_NAME FROM information_schema.COLUMNS
