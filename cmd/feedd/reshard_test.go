@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -128,7 +129,7 @@ func TestReshard(t *testing.T) {
 	}
 	bin := feeddBinary(t)
 	p := startFeedd(t, bin, "reshard apply", "reshard", "apply", "--sharding", two, "--batch-size", "5", "--throttle", "2ms", "--idle-for", "200ms")
-	waitFor(t, "apply copying", func() bool { return strings.Contains(p.out.String(), "copy inbox") })
+	waitFor(t, "apply copying", func() bool { return regexp.MustCompile(`copy +inbox`).MatchString(p.out.String()) })
 	p.kill()
 	if _, err := startMainErr(t, "serve", "--sharding", two); err == nil || !strings.Contains(err.Error(), "under way") {
 		t.Fatalf("serve during a reshard: %v, want a refusal", err)
@@ -175,7 +176,7 @@ func TestReshardAbort(t *testing.T) {
 
 	bin := feeddBinary(t)
 	p := startFeedd(t, bin, "reshard apply", "reshard", "apply", "--sharding", two, "--batch-size", "2", "--throttle", "5ms", "--idle-for", "200ms")
-	waitFor(t, "apply copying", func() bool { return strings.Contains(p.out.String(), "copy following") })
+	waitFor(t, "apply copying", func() bool { return regexp.MustCompile(`copy +following`).MatchString(p.out.String()) })
 	p.kill()
 	runFeedd(t, bin, "reshard", "abort", "--sharding", two, "--progress=false")
 	db, err := sql.Open("mysql", dsnB)
