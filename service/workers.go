@@ -279,6 +279,9 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 			rctx, cancel := releaseCtx(work)
 			defer cancel()
 			rerr := s.store.ReleaseTask(rctx, t)
+			if errors.Is(err, store.ErrTargetBusy) {
+				return 1, rerr // its target is at its share of batches: later
+			}
 			if errors.Is(err, store.ErrLostClaim) {
 				s.wake.notify()
 				return 1, rerr
@@ -379,9 +382,14 @@ func (s *Service) sampleTrims(ctx context.Context, users []uint64) {
 			sampled = append(sampled, u)
 		}
 	}
+	// A trim is a write on the users' databases: skip those that are down,
+	// and give the rest the bound of a batch's write to another database.
+	sampled = slices.DeleteFunc(sampled, func(u uint64) bool { return s.store.ShardOf(u).Health().Unreachable() })
 	if len(sampled) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, targetWriteTimeout)
+	defer cancel()
 	n, err := s.store.TrimInboxes(ctx, sampled, s.cfg.InboxLimit)
 	s.metrics.trimmedRows.Add(float64(n))
 	if err != nil {

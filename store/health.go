@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -70,7 +71,10 @@ func (sh *Shard) Health() Health {
 
 // probeWriteSQL proves the database takes writes: a backup's FLUSH TABLES
 // WITH READ LOCK or a read-only replica makes it wait or fail.
-const probeWriteSQL = `INSERT INTO health (id, probed_at) VALUES (0, ?) ON DUPLICATE KEY UPDATE probed_at = VALUES(probed_at)`
+// The time is the server's, so that feedd reshard can tell from the same
+// clock whether a process still probes.
+const probeWriteSQL = `INSERT INTO health (id, probed_at) VALUES (0, ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000))
+ON DUPLICATE KEY UPDATE probed_at = VALUES(probed_at)`
 
 // Probe reads and writes the shard within timeout, records its state and
 // returns the state before and after. It reads through the pool of API
@@ -87,8 +91,16 @@ func (sh *Shard) Probe(ctx context.Context, timeout time.Duration) (prev, cur He
 	case pending:
 		return sh.health.set(Health{State: StateOutdated})
 	}
-	if _, err := sh.pools[Writes].ExecContext(ctx, probeWriteSQL, time.Now().UnixMilli()); err != nil {
+	if _, err := sh.pools[Writes].ExecContext(ctx, probeWriteSQL); err != nil {
 		return sh.health.set(Health{State: StateDown, Err: wrap("probe write", err)})
+	}
+	// feedd reshard moves rows with feedd stopped: a process that started
+	// before it marked the database must not write there meanwhile.
+	if target, err := ReshardUnderWay(ctx, sh.pools[Reads]); err != nil || target != "" {
+		if err == nil {
+			err = fmt.Errorf("store: a reshard to layout %q is under way", target)
+		}
+		return sh.health.set(Health{State: StateDown, Err: err})
 	}
 	return sh.health.set(Health{State: StateUp})
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
+	"net"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,8 @@ type rawStmt interface {
 // newKillConnector returns a connector for dsn whose statements are killed
 // on the server when their context ends.
 func newKillConnector(cfg *mysql.Config) (*killConnector, error) {
+	cfg = cfg.Clone()
+	cfg.DialFunc = dialCaptured
 	c, err := mysql.NewConnector(cfg)
 	if err != nil {
 		return nil, err
@@ -63,10 +66,29 @@ func newKillConnector(cfg *mysql.Config) (*killConnector, error) {
 	return &killConnector{Connector: c, killer: killer}, nil
 }
 
+// dialKey carries, in the context of Connect, where dialCaptured leaves the
+// socket it opened.
+type dialKey struct{}
+
+// dialCaptured dials as the driver does and hands the socket to Connect, so
+// that a connection whose COMMIT a hung server never answers can be closed
+// under the driver's feet (killConn.Close).
+func dialCaptured(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, addr)
+	if err == nil {
+		if out, ok := ctx.Value(dialKey{}).(*net.Conn); ok {
+			*out = conn
+		}
+	}
+	return conn, err
+}
+
 // Connect opens a connection and learns its server-side id, one round trip
 // per connection, so that a kill needs no lookup.
 func (k *killConnector) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := k.Connector.Connect(ctx)
+	var sock net.Conn
+	conn, err := k.Connector.Connect(context.WithValue(ctx, dialKey{}, &sock))
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +102,7 @@ func (k *killConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn.Close()
 		return nil, err
 	}
-	return &killConn{raw: raw, id: id, killer: k.killer}, nil
+	return &killConn{raw: raw, id: id, killer: k.killer, sock: sock}, nil
 }
 
 // Close closes the kill pool.
@@ -113,24 +135,34 @@ type killConn struct {
 	// killed is set once a kill was sent: the connection is not reused,
 	// since a late KILL QUERY could hit its next statement.
 	killed atomic.Bool
+	// sock is the connection's socket, closed first when a detached
+	// COMMIT or ROLLBACK may still be reading from it.
+	sock net.Conn
 	// detached, when set, is closed once a COMMIT or ROLLBACK its caller
-	// stopped waiting for has returned; closing the connection waits for it.
+	// stopped waiting for has returned; Close waits for it.
 	detached chan struct{}
 }
 
 // watch sends KILL QUERY for this connection if ctx ends before the
-// returned stop is called.
-func (c *killConn) watch(ctx context.Context) (stop func() bool) {
+// returned stop is called. stop marks the connection killed when the kill
+// has started: a kill still on its way must not reach the connection's next
+// statement, so the connection is not reused.
+func (c *killConn) watch(ctx context.Context) (stop func()) {
 	if ctx.Done() == nil {
-		return func() bool { return true }
+		return func() {}
 	}
-	return context.AfterFunc(ctx, func() {
+	stopKill := context.AfterFunc(ctx, func() {
 		c.killed.Store(true)
 		kctx, cancel := context.WithTimeout(context.Background(), killTimeout)
 		defer cancel()
 		// The id is a number from the server; KILL takes no placeholder.
 		_, _ = c.killer.ExecContext(kctx, "KILL QUERY "+strconv.FormatUint(c.id, 10))
 	})
+	return func() {
+		if !stopKill() {
+			c.killed.Store(true)
+		}
+	}
 }
 
 func (c *killConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
@@ -178,7 +210,21 @@ func (c *killConn) Begin() (driver.Tx, error) {
 	return c.BeginTx(context.Background(), driver.TxOptions{})
 }
 
-func (c *killConn) Close() error                                { return c.raw.Close() }
+// Close closes the connection. After a detached COMMIT or ROLLBACK it
+// closes the socket first, which ends that statement's wait whatever the
+// server does, then closes the driver's connection once the statement
+// has returned, so the two never use the connection at once.
+func (c *killConn) Close() error {
+	if c.detached == nil {
+		return c.raw.Close()
+	}
+	if c.sock != nil {
+		_ = c.sock.Close()
+	}
+	<-c.detached
+	return c.raw.Close()
+}
+
 func (c *killConn) Ping(ctx context.Context) error              { return c.raw.Ping(ctx) }
 func (c *killConn) CheckNamedValue(nv *driver.NamedValue) error { return c.raw.CheckNamedValue(nv) }
 func (c *killConn) IsValid() bool                               { return !c.killed.Load() && c.raw.IsValid() }
@@ -223,14 +269,20 @@ func (t *killTx) Commit() error   { return t.end(t.raw.Commit) }
 func (t *killTx) Rollback() error { return t.end(t.raw.Rollback) }
 
 // end runs COMMIT or ROLLBACK, which the driver sends without a context,
-// under the transaction's: past it the statement is killed, and the caller
-// stops waiting (a server that hangs answers neither it nor the kill). The
-// outcome of a commit cut off so is unknown; the caller's write is one
-// transaction, so it happened whole or not at all. The connection is not
-// reused.
+// under the transaction's. A transaction whose context has already ended
+// sends nothing: the connection is dropped, and the server rolls the
+// transaction back with it. One whose context ends while the statement
+// runs has it killed, and the caller stops waiting (a server that hangs
+// answers neither it nor the kill); the outcome of a commit cut off so is
+// unknown, but the caller's write is one transaction, so it happened whole
+// or not at all. Either way the connection is not reused.
 func (t *killTx) end(f func() error) error {
 	if t.ctx.Done() == nil {
 		return f()
+	}
+	if t.ctx.Err() != nil {
+		t.conn.killed.Store(true)
+		return driver.ErrBadConn
 	}
 	stop := t.conn.watch(t.ctx)
 	done := make(chan struct{})
@@ -244,6 +296,12 @@ func (t *killTx) end(f func() error) error {
 		stop()
 		return err
 	case <-t.ctx.Done():
+	}
+	select {
+	case <-done: // it finished as the context ended: its answer stands
+		stop()
+		return err
+	default:
 		t.conn.killed.Store(true)
 		t.conn.detached = done
 		return t.ctx.Err()

@@ -117,25 +117,21 @@ const deleteInboxEntrySQL = `DELETE FROM inbox WHERE user_id = ? AND publish_tim
 
 const lockDeliverySQL = `SELECT state FROM deliveries WHERE content_id = ? FOR UPDATE`
 
-// A done delivery has no tasks left: it goes back to planning, as a retraction.
-const replanRetractSQL = `UPDATE deliveries SET retract = 1, state = 0, claim_token = 0, claimed_until = 0 WHERE content_id = ?`
-
-// A running delivery restarts every task: its count of tasks left is reset.
-const markRetractSQL = `UPDATE deliveries SET retract = 1, tasks_left = ? WHERE content_id = ?`
+// A deleted post's delivery goes back to planning, as a retraction: the
+// planner makes a task per follower range and database, so the removal
+// sweeps every database, also those the push had no task for (a follow
+// whose event had not reached the followers list may have got the post
+// there by its backfill).
+const replanRetractSQL = `UPDATE deliveries SET retract = 1, state = 0, delivered = 0, tasks_left = 0, claim_token = 0, claimed_until = 0 WHERE content_id = ?`
 
 // lockTasksSQL takes a post's task rows before its delivery row, the order
 // of the batches, which hold their task row while they finish into the
-// delivery row.
+// delivery row: a delete waits for the batches in flight.
 const lockTasksSQL = `SELECT seq FROM fanout_tasks WHERE content_id = ? FOR UPDATE`
 
-// Running tasks restart their whole range as removals; a worker still
-// pushing fails the claim check of its next batch and stops. Finished tasks keep
-// the lease of their last batch but have no worker any more: release them
-// so their removals start at once, not when that lease runs out. (The IFs
-// read done before it is cleared: SET applies left to right.)
-const retractTasksSQL = `UPDATE fanout_tasks SET claim_token = IF(done = 1, 0, claim_token), claimed_until = IF(done = 1, 0, claimed_until),
- retract = 1, done = 0, last_user = lo, delivered = 0 WHERE content_id = ?`
-
+// Running tasks are dropped: a worker still pushing fails the claim check
+// of its next batch and stops, and the re-planned retraction covers its
+// range again.
 // DeletePost marks the post deleted, removes it from the author's own inbox
 // and turns its delivery into a retraction that removes it from followers'
 // inboxes, all in one transaction on the author's shard. Deleting a deleted
@@ -164,14 +160,12 @@ func (s *Store) DeletePost(ctx context.Context, authorID, contentID uint64) erro
 		if err := tx.GetContext(ctx, &state, lockDeliverySQL, contentID); err != nil {
 			return err
 		}
-		if state == deliveryDone {
-			_, err := tx.ExecContext(ctx, replanRetractSQL, contentID)
-			return err
+		if len(tasks) > 0 {
+			if _, err := tx.ExecContext(ctx, dropTasksSQL, contentID); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.ExecContext(ctx, markRetractSQL, len(tasks), contentID); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, retractTasksSQL, contentID)
+		_, err = tx.ExecContext(ctx, replanRetractSQL, contentID)
 		return err
 	})
 	return wrap("delete post", err)

@@ -93,10 +93,33 @@ func (r *Reshard) sources() []string {
 	return out
 }
 
+// Fan-outs in flight are planned again: their tasks name target databases
+// by the old layout, so a task could miss followers who moved or name a
+// database the new map drops. Planned afresh under the new layout, a push
+// writes each inbox once (the writes are idempotent) and a retraction
+// sweeps every database.
 const (
-	recentProbeSQL = `SELECT COALESCE(MAX(probed_at), 0) FROM health`
-	markSQL        = `INSERT INTO reshard (id, layout, started_at) VALUES (0, ?, ?) ON DUPLICATE KEY UPDATE id = id`
-	unmarkSQL      = `DELETE FROM reshard WHERE id = 0`
+	dropAllTasksSQL  = `DELETE FROM fanout_tasks`
+	replanRunningSQL = `UPDATE deliveries SET state = 0, delivered = 0, tasks_left = 0, claim_token = 0, claimed_until = 0 WHERE state = 1`
+)
+
+// replanFanouts sends every running delivery back to planning, on every
+// database, sources and targets alike, so the digests still agree.
+func (r *Reshard) replanFanouts(ctx context.Context) error {
+	for _, name := range r.names {
+		for _, q := range []string{dropAllTasksSQL, replanRunningSQL} {
+			if _, err := r.dbs[name].ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("reshard: database %s: replan fan-outs: %w", name, err)
+			}
+		}
+	}
+	return nil
+}
+
+const (
+	sinceProbeSQL = `SELECT ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) - COALESCE(MAX(probed_at), 0) FROM health`
+	markSQL       = `INSERT INTO reshard (id, layout, started_at) VALUES (0, ?, ?) ON DUPLICATE KEY UPDATE id = id`
+	unmarkSQL     = `DELETE FROM reshard WHERE id = 0`
 )
 
 // Apply moves the data: it marks every database (feedd refuses to start
@@ -116,6 +139,9 @@ func (r *Reshard) Apply(ctx context.Context) error {
 			return err
 		}
 		if err := r.Verify(ctx); err != nil {
+			return err
+		}
+		if err := r.replanFanouts(ctx); err != nil {
 			return err
 		}
 	}
@@ -153,11 +179,11 @@ func (r *Reshard) mark(ctx context.Context, target string) error {
 		if under != "" && under != target {
 			return fmt.Errorf("reshard: database %s records a reshard to %q under way; apply or abort it with its own map", name, under)
 		}
-		var probed int64
-		if err := db.GetContext(ctx, &probed, recentProbeSQL); err != nil {
+		var sinceMs int64
+		if err := db.GetContext(ctx, &sinceMs, sinceProbeSQL); err != nil {
 			return fmt.Errorf("reshard: database %s: %w", name, err)
 		}
-		if ago := time.Since(time.UnixMilli(probed)); ago < r.opt.IdleFor {
+		if ago := time.Duration(sinceMs) * time.Millisecond; ago < r.opt.IdleFor {
 			return fmt.Errorf("reshard: a feedd process probed database %s %s ago: stop every feedd process first", name, ago.Round(time.Millisecond))
 		}
 	}
