@@ -1,8 +1,8 @@
 -- The schema every shard carries. Each table lives on the shard of one key:
 -- author-keyed tables (posts, deliveries, fanout_tasks, followers, authors)
 -- on the author's shard, user-keyed tables (inbox, following, follow_events)
--- on the user's, content_ids on the shard of the content id, and health, shard_map and
--- reshard on every database. A user id and the same number as an author id land on the
+-- on the user's, content_ids on the shard of the content id, and health, shard_map,
+-- identity and reshard on every database. A user id and the same number as an author id land on the
 -- same shard. No query joins a user-keyed table to an author-keyed one.
 --
 -- Times are Unix milliseconds. The tables with a kind column are ascii
@@ -152,6 +152,13 @@ CREATE TABLE IF NOT EXISTS shard_map (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
   COMMENT 'the shard map in force, on every database: feedd refuses a sharding.yaml whose layout differs from the highest epoch';
 
+CREATE TABLE IF NOT EXISTS identity (
+    id   TINYINT UNSIGNED NOT NULL COMMENT 'always 0: one row per database',
+    name VARCHAR(64)      NOT NULL COMMENT 'the name of this database in the shard map, recorded at its first start',
+    PRIMARY KEY (id)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
+  COMMENT 'which database of the shard map this is: a dsn pointing at another database, or at an empty one, is refused';
+
 CREATE TABLE IF NOT EXISTS reshard (
     id         TINYINT UNSIGNED NOT NULL COMMENT 'always 0: one reshard at a time',
     layout     MEDIUMTEXT       NOT NULL COMMENT 'the layout the reshard moves the data to (shard_map.layout format)',
@@ -162,6 +169,7 @@ CREATE TABLE IF NOT EXISTS reshard (
 
 -- +goose Down
 DROP TABLE IF EXISTS reshard;
+DROP TABLE IF EXISTS identity;
 DROP TABLE IF EXISTS shard_map;
 DROP TABLE IF EXISTS health;
 DROP TABLE IF EXISTS content_ids;

@@ -96,11 +96,14 @@ func (s *Store) CheckLayout(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if epoch == 0 {
-		epoch, inForce = 1, mine
-	}
-	if inForce != mine {
+	if epoch != 0 && inForce != mine {
 		return layoutMismatch(epoch, inForce, mine)
+	}
+	if err := s.checkIdentities(ctx, epoch); err != nil {
+		return err
+	}
+	if epoch == 0 {
+		epoch = 1
 	}
 	for _, sh := range s.shards {
 		err := RecordLayout(ctx, sh.DB, epoch, mine)
@@ -117,6 +120,63 @@ func (s *Store) CheckLayout(ctx context.Context) error {
 		return err
 	} else if e != 0 && got != mine { // 0: not migrated, so nothing recorded
 		return layoutMismatch(e, got, mine)
+	}
+	return nil
+}
+
+const (
+	identitySQL       = `SELECT name FROM identity WHERE id = 0`
+	recordIdentitySQL = `INSERT IGNORE INTO identity (id, name) VALUES (0, ?)`
+)
+
+// ReadIdentity returns the name a database records for itself ("" when it
+// records none, or is not migrated yet).
+func ReadIdentity(ctx context.Context, db sqlx.QueryerContext) (string, error) {
+	var name string
+	err := sqlx.GetContext(ctx, db, &name, identitySQL)
+	if errors.Is(err, sql.ErrNoRows) || mysqlErrno(err) == errNoSuchTable {
+		return "", nil
+	}
+	return name, err
+}
+
+// RecordIdentity records a database's name in the shard map, once.
+func RecordIdentity(ctx context.Context, db sqlx.ExecerContext, name string) error {
+	_, err := db.ExecContext(ctx, recordIdentitySQL, name)
+	if mysqlErrno(err) == errNoSuchTable {
+		return nil // migrating records it
+	}
+	return err
+}
+
+// checkIdentities refuses DSNs that reach the wrong databases: one that
+// records another name, or, once the deployment has a layout (epoch > 0),
+// one that records no name and no layout (a new or empty database, which
+// holds none of the rows its virtual shards need). Then it records each
+// database's name.
+func (s *Store) checkIdentities(ctx context.Context, epoch int64) error {
+	for _, sh := range s.shards {
+		name, err := ReadIdentity(ctx, sh.DB)
+		if err != nil {
+			return fmt.Errorf("store: database %s: read its identity: %w", sh.Name, classify(err))
+		}
+		if name != "" && name != sh.Name {
+			return fmt.Errorf("sharding: the dsn of database %s reaches the database named %s: "+
+				"the file's DSNs and names must match the databases they name", sh.Name, name)
+		}
+		if name == "" && epoch > 0 {
+			if e, _, err := ReadLayout(ctx, sh.DB); err != nil {
+				return fmt.Errorf("store: database %s: %w", sh.Name, err)
+			} else if e == 0 {
+				return fmt.Errorf("sharding: database %s holds none of this deployment's data (a new or empty database): "+
+					"point its dsn at the database that holds its rows, or move virtual shards to it with feedd reshard", sh.Name)
+			}
+		}
+	}
+	for _, sh := range s.shards {
+		if err := RecordIdentity(ctx, sh.DB, sh.Name); err != nil {
+			return fmt.Errorf("store: database %s: record its identity: %w", sh.Name, classify(err))
+		}
 	}
 	return nil
 }

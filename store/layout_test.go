@@ -44,3 +44,31 @@ func TestCheckLayout(t *testing.T) {
 	// The same layout again is fine.
 	must(t, open().CheckLayout(t.Context()))
 }
+
+// TestCheckLayoutIdentity: a file whose DSNs reach the wrong databases, or
+// an empty one, is refused even though its layout is the one in force.
+func TestCheckLayoutIdentity(t *testing.T) {
+	t.Parallel()
+	m := storetest.NewShardMap(t, storetest.Options{Shards: 2})
+	open := func(mm *store.ShardMap) *store.Store {
+		t.Helper()
+		st, err := store.Open(mm)
+		must(t, err)
+		t.Cleanup(func() { st.Close() })
+		must(t, st.Migrate(t.Context(), discard))
+		return st
+	}
+	must(t, open(m).CheckLayout(t.Context()))
+
+	swapped := *m
+	swapped.Databases = map[string]store.DatabaseConfig{"db0": m.Databases["db1"], "db1": m.Databases["db0"]}
+	if err := open(&swapped).CheckLayout(t.Context()); err == nil || !strings.Contains(err.Error(), "reaches the database named") {
+		t.Errorf("swapped DSNs: %v, want a refusal", err)
+	}
+	empty := *m
+	empty.Databases = map[string]store.DatabaseConfig{"db0": m.Databases["db0"], "db1": {DSN: storetest.DatabaseDSN(t)}}
+	if err := open(&empty).CheckLayout(t.Context()); err == nil || !strings.Contains(err.Error(), "holds none of this deployment's data") {
+		t.Errorf("an empty database: %v, want a refusal", err)
+	}
+	must(t, open(m).CheckLayout(t.Context()))
+}

@@ -192,6 +192,10 @@ func (r *Reshard) mark(ctx context.Context, target string) error {
 		if _, err := r.dbs[name].ExecContext(ctx, markSQL, target, now); err != nil {
 			return fmt.Errorf("reshard: database %s: %w", name, err)
 		}
+		// A database new to the deployment takes its name now.
+		if err := store.RecordIdentity(ctx, r.dbs[name], name); err != nil {
+			return fmt.Errorf("reshard: database %s: %w", name, err)
+		}
 	}
 	return nil
 }

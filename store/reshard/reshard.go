@@ -125,6 +125,13 @@ func Open(ctx context.Context, m *store.ShardMap, opt Options) (*Reshard, error)
 	slices.Sort(r.names)
 	var layout string
 	for _, name := range r.names {
+		if got, err := store.ReadIdentity(ctx, r.dbs[name]); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("reshard: database %s: %w", name, err)
+		} else if got != "" && got != name {
+			r.Close()
+			return nil, fmt.Errorf("reshard: the dsn of database %s reaches the database named %s", name, got)
+		}
 		e, l, err := store.ReadLayout(ctx, r.dbs[name])
 		if err != nil {
 			r.Close()
