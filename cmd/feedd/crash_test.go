@@ -558,3 +558,94 @@ func diff(a, b []uint64) []uint64 {
 }
 
 func head(s []uint64) []uint64 { return s[:min(len(s), 10)] }
+
+// TestCrashFanoutSharded SIGKILLs the workers of two databases during one
+// post's fan-out to followers on both, whose tasks each write one target
+// database: after the last process finishes, every follower holds the post
+// exactly once and the delivery counts each of them once.
+func TestCrashFanoutSharded(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	followers, kills, batch := 2000, 4, 50
+	if crashFull() {
+		followers, kills = 10_000, 10
+	}
+	seed := crashSeed(t)
+	t.Logf("followers=%d kills=%d batch=%d seed=%d (FEED_CRASH_SEED=%d replays the kill times)", followers, kills, batch, seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	ctx := context.Background()
+
+	bin := feeddBinary(t)
+	dsns := map[string]string{"a": storetest.DatabaseDSN(t), "b": storetest.DatabaseDSN(t)}
+	path := twoDatabases(t, dsns["a"], dsns["b"])
+	runFeedd(t, bin, "migrate", "--sharding", path)
+	m, err := store.LoadShardMap(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := openStore(t, m)
+
+	const author = 42
+	users := make([]uint64, followers)
+	for i := range users {
+		users[i] = 1_000_000 + uint64(i)*7919
+	}
+	now := time.Now().UnixMilli()
+	if err := storetest.ImportFollowers(ctx, st, author, users, now-1000, false); err != nil {
+		t.Fatal(err)
+	}
+	post := feed.Post{ContentID: 9_000_001, AuthorID: author, PublishTime: now, Kind: feed.KindPost}
+	if _, created, err := st.PublishPost(ctx, post, now); err != nil || !created {
+		t.Fatalf("publish: created=%v err=%v", created, err)
+	}
+	home, err := sql.Open("mysql", dsns[st.ShardOf(author).Name])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer home.Close()
+
+	args := []string{"serve", "--sharding", path, "--api=false", "--workers=true",
+		"--lease=1s", "--poll-interval=20ms", "--batch-size=" + strconv.Itoa(batch), "--task-size=500",
+		"--worker-concurrency=4", "--push-threshold=" + strconv.Itoa(10*followers), "--soft-stop=5s"}
+	delivered := func() int64 { return snapshotFanout(t, home, post.ContentID).Delivered }
+	killRounds(t, rng, bin, args, kills, int64(followers), delivered, nil)
+	p := startFeedd(t, bin, "feedd final", args...)
+	waitIdle(t, st, 2*time.Minute)
+	p.stop(t, 10*time.Second)
+
+	d, err := st.GetDelivery(ctx, author, post.ContentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (feed.Delivery{State: feed.DeliveryDone, Mode: feed.ModePush, Recipients: int64(followers), Delivered: int64(followers)}); !reflect.DeepEqual(d, want) {
+		t.Fatalf("delivery = %+v, want %+v", d, want)
+	}
+	count := map[uint64]int{}
+	for _, d := range dsns {
+		db, err := sql.Open("mysql", d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := db.Query(`SELECT user_id FROM inbox WHERE content_id = ?`, post.ContentID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var u uint64
+			if err := rows.Scan(&u); err != nil {
+				t.Fatal(err)
+			}
+			count[u]++
+		}
+		rows.Close()
+		db.Close()
+	}
+	for _, u := range append([]uint64{author}, users...) {
+		if count[u] != 1 {
+			t.Errorf("user %d holds the post %d times", u, count[u])
+		}
+	}
+	if len(count) != followers+1 {
+		t.Errorf("%d inboxes hold the post, want %d", len(count), followers+1)
+	}
+}
