@@ -87,7 +87,7 @@ func (c *outboxCache) drop(author uint64) {
 // arrays: read them only.
 func (s *Service) pull(ctx context.Context, rd *pageRead, sources []store.PullSource, limit int) ([][]feed.Post, error) {
 	if s.cache == nil || len(sources) == 0 {
-		posts, err := s.readOutboxes(ctx, rd, sources, limit)
+		posts, err := s.readOutboxes(ctx, rd, sources, limit, true)
 		return [][]feed.Post{posts}, err
 	}
 	now := s.now()
@@ -107,7 +107,7 @@ func (s *Service) pull(ctx context.Context, rd *pageRead, sources []store.PullSo
 		for i, src := range stale {
 			heads[i] = store.PullSource{AuthorID: src.AuthorID, Before: store.Top}
 		}
-		posts, err := s.readOutboxes(ctx, rd, heads, outboxCacheDepth)
+		posts, err := s.readOutboxes(ctx, rd, heads, outboxCacheDepth, false)
 		if err != nil {
 			return nil, err
 		}
@@ -131,7 +131,7 @@ func (s *Service) pull(ctx context.Context, rd *pageRead, sources []store.PullSo
 		}
 	}
 	if len(direct) > 0 {
-		posts, err := s.readOutboxes(ctx, rd, direct, limit)
+		posts, err := s.readOutboxes(ctx, rd, direct, limit, true)
 		if err != nil {
 			return nil, err
 		}

@@ -92,7 +92,7 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 	for _, a := range append(authors, userID) {
 		sources = append(sources, store.PullSource{AuthorID: a, Before: before})
 	}
-	posts, err := s.readOutboxes(ctx, rd, sources, limit)
+	posts, err := s.readOutboxes(ctx, rd, sources, limit, true)
 	if err != nil {
 		return nil, err
 	}
@@ -117,10 +117,11 @@ func (rd *pageRead) missingAuthors() []uint64 {
 }
 
 // readOutboxes reads up to limit posts of each source, each database within
-// SourceTimeout. The authors of a database that fails are left out of the
+// SourceTimeout; with newest, only what the newest limit of all the sources
+// together need (store.PullNewest), for a caller that merges and cuts them. The authors of a database that fails are left out of the
 // page and recorded as missing when PartialReads is on and the database is
 // not the reader's own; otherwise the page fails with its error.
-func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []store.PullSource, limit int) ([]feed.Post, error) {
+func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []store.PullSource, limit int, newest bool) ([]feed.Post, error) {
 	if len(rd.failed) > 0 {
 		ask := make([]store.PullSource, 0, len(sources))
 		for _, src := range sources {
@@ -132,7 +133,11 @@ func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []stor
 		}
 		sources = ask
 	}
-	p, err := s.store.PullPosts(ctx, sources, limit, s.cfg.SourceTimeout)
+	pull := s.store.PullPosts
+	if newest {
+		pull = s.store.PullNewest
+	}
+	p, err := pull(ctx, sources, limit, s.cfg.SourceTimeout)
 	if err != nil {
 		return nil, err
 	}

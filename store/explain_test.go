@@ -161,7 +161,8 @@ func TestExplainRangeScans(t *testing.T) {
 
 	t.Run("pull one author", func(t *testing.T) {
 		t.Parallel()
-		rangeScan(t, explain(t, sh, store.PullPartSQL, 7, mid.t, mid.t, mid.id, 21), "posts")
+		rangeScan(t, explain(t, sh, store.PullPartSQL, 7, mid.t, mid.t, mid.id, 0, 0, 0, 21), "posts")
+		rangeScan(t, explain(t, sh, store.PullPartSQL, 7, mid.t, mid.t, mid.id, mid.t-100, mid.t-100, 0, 21), "posts")
 	})
 
 	t.Run("pull union of authors", func(t *testing.T) {
@@ -170,7 +171,7 @@ func TestExplainRangeScans(t *testing.T) {
 		var args []any
 		for a := uint64(3); a <= 12; a++ {
 			parts = append(parts, store.PullPartSQL)
-			args = append(args, a, mid.t, mid.t, a*10_000+61, 21)
+			args = append(args, a, mid.t, mid.t, a*10_000+61, 0, 0, 0, 21)
 		}
 		plan := explain(t, sh, strings.Join(parts, " UNION ALL "), args...)
 		rangeScan(t, plan, "posts")

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -199,6 +200,8 @@ func (s *Store) ListPosts(ctx context.Context, authorID uint64, before feed.Key,
 type PullSource struct {
 	AuthorID uint64
 	Before   feed.Key
+	// From, when set, bounds the read below: posts at or above it only.
+	From feed.Key
 }
 
 // pullChunk bounds the authors read by one pull statement.
@@ -207,8 +210,12 @@ const pullChunk = 64
 // pullPartSQL is one author's part of a pull statement: its newest posts
 // below a bound, a backward range scan of the posts primary key.
 const pullPartSQL = `(SELECT content_id, author_id, publish_time, kind FROM posts
-WHERE author_id = ? AND deleted = 0 AND ` + keysetOlder + `
+WHERE author_id = ? AND deleted = 0 AND ` + keysetOlder + ` AND ` + keysetFrom + `
 ORDER BY publish_time DESC, content_id DESC LIMIT ?)`
+
+// keysetFrom is the inclusive lower bound of a pull read; the zero key
+// bounds nothing.
+const keysetFrom = `(publish_time > ? OR (publish_time = ? AND content_id >= ?))`
 
 // Pulled is what PullPosts read.
 type Pulled struct {
@@ -285,6 +292,59 @@ func (s *Store) PullPosts(ctx context.Context, sources []PullSource, limit int, 
 	return out, nil
 }
 
+// PullNewest returns what PullPosts would for a caller that keeps only the
+// newest limit posts of all the sources together, reading about a page
+// whatever the number of sources. With more sources than limit it first
+// reads each source's newest post (one index seek each); the limit-th
+// newest of those heads, B, bounds the page from below, since limit posts
+// at or above B exist. It then reads, from the sources whose head is at or
+// above B only, their posts down to B. Every post of the newest limit is at
+// or above B, so it is among them.
+func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) (Pulled, error) {
+	if len(sources) <= limit {
+		return s.PullPosts(ctx, sources, limit, shardTimeout)
+	}
+	heads, err := s.PullPosts(ctx, sources, 1, shardTimeout)
+	if err != nil {
+		return Pulled{}, err
+	}
+	// Newest first.
+	slices.SortFunc(heads.Posts, func(a, b feed.Post) int {
+		switch {
+		case b.Key().Less(a.Key()):
+			return -1
+		case a.Key().Less(b.Key()):
+			return 1
+		}
+		return 0
+	})
+	before := map[uint64]feed.Key{}
+	for _, src := range sources {
+		before[src.AuthorID] = src.Before
+	}
+	var from feed.Key
+	if len(heads.Posts) >= limit {
+		from = heads.Posts[limit-1].Key()
+	}
+	var next []PullSource
+	for _, h := range heads.Posts {
+		if h.Key().Less(from) {
+			break
+		}
+		next = append(next, PullSource{AuthorID: h.AuthorID, Before: before[h.AuthorID], From: from})
+	}
+	out, err := s.PullPosts(ctx, next, limit, shardTimeout)
+	if err != nil {
+		return Pulled{}, err
+	}
+	out.Queries += heads.Queries
+	if len(heads.Missing) > 0 {
+		out.Missing = slices.Compact(slices.Sorted(slices.Values(append(out.Missing, heads.Missing...))))
+		out.Err = cmp.Or(out.Err, heads.Err)
+	}
+	return out, nil
+}
+
 // pullShard runs PullPosts' statements on one shard, within timeout when it
 // is above zero, and returns the posts and the statements that completed.
 func pullShard(ctx context.Context, sh *Shard, srcs []PullSource, limit int, timeout time.Duration) ([]feed.Post, int, error) {
@@ -293,25 +353,56 @@ func pullShard(ctx context.Context, sh *Shard, srcs []PullSource, limit int, tim
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	var out []feed.Post
-	queries := 0
+	var (
+		mu      sync.Mutex
+		out     []feed.Post
+		queries int
+		first   error
+		wg      sync.WaitGroup
+		slots   = make(chan struct{}, pullParallel)
+	)
 	for start := 0; start < len(srcs); start += pullChunk {
 		chunk := srcs[start:min(start+pullChunk, len(srcs))]
-		parts := make([]string, len(chunk))
-		args := make([]any, 0, 5*len(chunk))
-		for i, src := range chunk {
-			parts[i] = pullPartSQL
-			args = append(args, src.AuthorID, src.Before.PublishTime, src.Before.PublishTime, src.Before.ContentID, limit)
-		}
-		var posts []feed.Post
-		q := strings.Join(parts, " UNION ALL ")
-		if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, q, args...); err != nil {
-			return nil, queries, wrap("pull posts", err)
-		}
-		queries++
-		out = append(out, posts...)
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			posts, err := pullChunkOf(ctx, sh, chunk, limit)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				first = cmp.Or(first, err)
+				return
+			}
+			queries++
+			out = append(out, posts...)
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, queries, first
 	}
 	return out, queries, nil
+}
+
+// pullParallel is how many of a page's pull statements run at once on one
+// database: a page of many followees is many statements, each a few index
+// seeks, and the Reads pool has the connections.
+const pullParallel = 4
+
+// pullChunkOf runs one pull statement over up to pullChunk sources.
+func pullChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, limit int) ([]feed.Post, error) {
+	parts := make([]string, len(chunk))
+	args := make([]any, 0, 8*len(chunk))
+	for i, src := range chunk {
+		parts[i] = pullPartSQL
+		args = append(args, src.AuthorID, src.Before.PublishTime, src.Before.PublishTime, src.Before.ContentID,
+			src.From.PublishTime, src.From.PublishTime, src.From.ContentID, limit)
+	}
+	var posts []feed.Post
+	if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, strings.Join(parts, " UNION ALL "), args...); err != nil {
+		return nil, wrap("pull posts", err)
+	}
+	return posts, nil
 }
 
 // DeletedPosts returns which of the author's content ids are deleted; a

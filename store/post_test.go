@@ -601,3 +601,55 @@ func TestDeleteRunningSweepsEveryDatabase(t *testing.T) {
 		}
 	}
 }
+
+// TestPullNewest checks the threshold read against reading every source:
+// the newest limit posts of all the sources together are the same, with
+// ties on publish_time, deleted posts and bounds that differ per source,
+// over two databases, while it reads far fewer rows.
+func TestPullNewest(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 2)
+	rng := rand.New(rand.NewPCG(7, 11))
+	const authors = 80
+	id := uint64(1_000_000)
+	var sources []store.PullSource
+	for a := uint64(1); a <= authors; a++ {
+		for range rng.IntN(12) {
+			id++
+			publish(t, st, 100+a, id, t0+int64(rng.IntN(40))) // many ties
+			if rng.IntN(8) == 0 {
+				must(t, st.DeletePost(t.Context(), 100+a, id))
+			}
+		}
+		before := store.Top
+		if rng.IntN(3) == 0 {
+			before = feed.Key{PublishTime: t0 + int64(rng.IntN(40)), ContentID: id - uint64(rng.IntN(5))}
+		}
+		sources = append(sources, store.PullSource{AuthorID: 100 + a, Before: before})
+	}
+	newestOf := func(posts []feed.Post, n int) []uint64 {
+		slices.SortFunc(posts, func(x, y feed.Post) int {
+			if c := cmp.Compare(y.PublishTime, x.PublishTime); c != 0 {
+				return c
+			}
+			return cmp.Compare(y.ContentID, x.ContentID)
+		})
+		var ids []uint64
+		for _, p := range posts[:min(n, len(posts))] {
+			ids = append(ids, p.ContentID)
+		}
+		return ids
+	}
+	for _, limit := range []int{1, 5, 21, 79, 81} {
+		all, err := st.PullPosts(t.Context(), sources, limit, 0)
+		must(t, err)
+		got, err := st.PullNewest(t.Context(), sources, limit, 0)
+		must(t, err)
+		if want, have := newestOf(all.Posts, limit), newestOf(got.Posts, limit); !slices.Equal(have, want) {
+			t.Errorf("limit %d: newest %v, want %v", limit, have, want)
+		}
+		if limit <= 21 && len(got.Posts) >= len(all.Posts) {
+			t.Errorf("limit %d: read %d posts, as many as reading every source (%d)", limit, len(got.Posts), len(all.Posts))
+		}
+	}
+}
