@@ -353,18 +353,7 @@ func TestCrashFanout(t *testing.T) {
 	bin, dsn, st, raw := crashDatabase(t)
 
 	const author = 42
-	users := make([]uint64, followers)
-	for i := range users {
-		users[i] = 1_000_000 + uint64(i)*7919 // spread over the hash space
-	}
-	now := time.Now().UnixMilli()
-	if err := storetest.ImportFollowers(ctx, st, author, users, now-1000, false); err != nil {
-		t.Fatal(err)
-	}
-	post := feed.Post{ContentID: 9_000_001, AuthorID: author, PublishTime: now, Kind: feed.KindPost}
-	if _, created, err := st.PublishPost(ctx, post, now); err != nil || !created {
-		t.Fatalf("publish: created=%v err=%v", created, err)
-	}
+	users, post := seedFanout(t, st, author, followers)
 
 	args := []string{"serve", "--mysql-dsn", dsn, "--api=false", "--workers=true",
 		"--lease=1s", "--poll-interval=20ms", "--batch-size=" + strconv.Itoa(batch), "--task-size=1000",
@@ -559,6 +548,25 @@ func diff(a, b []uint64) []uint64 {
 
 func head(s []uint64) []uint64 { return s[:min(len(s), 10)] }
 
+// seedFanout gives author n followers spread over the hash space and
+// publishes one post for them.
+func seedFanout(t *testing.T, st *store.Store, author uint64, n int) ([]uint64, feed.Post) {
+	t.Helper()
+	users := make([]uint64, n)
+	for i := range users {
+		users[i] = 1_000_000 + uint64(i)*7919
+	}
+	now := time.Now().UnixMilli()
+	if err := storetest.ImportFollowers(t.Context(), st, author, users, now-1000, false); err != nil {
+		t.Fatal(err)
+	}
+	post := feed.Post{ContentID: 9_000_001, AuthorID: author, PublishTime: now, Kind: feed.KindPost}
+	if _, created, err := st.PublishPost(t.Context(), post, now); err != nil || !created {
+		t.Fatalf("publish: created=%v err=%v", created, err)
+	}
+	return users, post
+}
+
 // TestCrashFanoutSharded SIGKILLs the workers of two databases during one
 // post's fan-out to followers on both, whose tasks each write one target
 // database: after the last process finishes, every follower holds the post
@@ -586,18 +594,7 @@ func TestCrashFanoutSharded(t *testing.T) {
 	st := openStore(t, m)
 
 	const author = 42
-	users := make([]uint64, followers)
-	for i := range users {
-		users[i] = 1_000_000 + uint64(i)*7919
-	}
-	now := time.Now().UnixMilli()
-	if err := storetest.ImportFollowers(ctx, st, author, users, now-1000, false); err != nil {
-		t.Fatal(err)
-	}
-	post := feed.Post{ContentID: 9_000_001, AuthorID: author, PublishTime: now, Kind: feed.KindPost}
-	if _, created, err := st.PublishPost(ctx, post, now); err != nil || !created {
-		t.Fatalf("publish: created=%v err=%v", created, err)
-	}
+	users, post := seedFanout(t, st, author, followers)
 	home, err := sql.Open("mysql", dsns[st.ShardOf(author).Name])
 	if err != nil {
 		t.Fatal(err)
