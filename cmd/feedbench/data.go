@@ -51,19 +51,23 @@ func extraUser(k int) uint64 { return extraBase + uint64(k)*userStep }
 
 func roomUser(k int) uint64 { return roomBase + uint64(k)*userStep }
 
-// load fills opt.Users inboxes with opt.InboxRows rows each (see
+// newDataset lays out opt.Users users and the loaded rows' time span,
+// which ends an hour before now.
+func newDataset(users int, now time.Time) dataset {
+	d := dataset{users: make([]uint64, users)}
+	for i := range users {
+		d.users[i] = loadedUser(i)
+	}
+	d.t1 = now.Add(-time.Hour).UnixMilli()
+	d.t0 = d.t1 - loadSpan.Milliseconds()
+	return d
+}
+
+// load fills the dataset's inboxes with opt.InboxRows rows each (see
 // loadInboxes) and records how fast.
 func (b *bench) load(ctx context.Context) error {
 	start := time.Now()
-	n := b.opt.Users
-	d := dataset{users: make([]uint64, n)}
-	for i := range n {
-		d.users[i] = loadedUser(i)
-	}
-	d.t1 = start.Add(-time.Hour).UnixMilli()
-	d.t0 = d.t1 - loadSpan.Milliseconds()
-	b.data = d
-	loaded, err := b.loadInboxes(ctx, d.users, b.opt.InboxRows)
+	loaded, err := b.loadInboxes(ctx, b.st, b.data.users, b.opt.InboxRows)
 	if err != nil {
 		return err
 	}
@@ -76,14 +80,15 @@ func (b *bench) load(ctx context.Context) error {
 // loadInboxes fills the users' inboxes with perUser rows each over the
 // loaded time span, in publish-time order (slot by slot over all users), the
 // order fan-out writes them in: the table gets the fill factor of a live
-// inbox, not of a sorted bulk load. Returns the rows inserted.
-func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (int64, error) {
+// inbox, not of a sorted bulk load. st has one database. Returns the rows
+// inserted.
+func (b *bench) loadInboxes(ctx context.Context, st *store.Store, users []uint64, perUser int) (int64, error) {
 	d := b.data
-	slot := (d.t1 - d.t0) / int64(perUser)
+	db := st.Shards()[0].DB
 	// Every user has a header row, as a live user has from the first follow
 	// on, with a floor as trimming leaves one (here: below every loaded
 	// row, none of which is missing); its rows arrive below it.
-	if err := storetest.ImportActivity(ctx, b.st, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
+	if err := storetest.ImportActivity(ctx, st, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
 		return 0, err
 	}
 	n := len(users)
@@ -101,12 +106,7 @@ func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (i
 				for i := lo; i < min(lo+1000, n); i++ {
 					// Slot r holds inboxAuthors posts; user i gets one of them.
 					a := (i + 7*r) % inboxAuthors
-					rows = append(rows, store.InboxRow{UserID: users[i], Post: feed.Post{
-						ContentID:   loadedContentBase + uint64(r)*inboxAuthors + uint64(a),
-						AuthorID:    inboxAuthorBase + uint64(a),
-						PublishTime: d.t0 + int64(r)*slot + int64(a)*slot/inboxAuthors,
-						Kind:        feed.KindPost,
-					}})
+					rows = append(rows, store.InboxRow{UserID: users[i], Post: d.loadedPost(r, a, perUser)})
 				}
 				select {
 				case batches <- rows:
@@ -126,7 +126,7 @@ func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (i
 	for range 2 {
 		g.Go(func() error {
 			for rows := range batches {
-				k, err := insertInboxRows(gctx, b.db, rows)
+				k, err := insertInboxRows(gctx, db, rows)
 				if err != nil {
 					cancel()
 					return err
@@ -139,6 +139,18 @@ func (b *bench) loadInboxes(ctx context.Context, users []uint64, perUser int) (i
 		})
 	}
 	return loaded, g.Wait()
+}
+
+// loadedPost is the post of author a (of inboxAuthors) in slot r of
+// perUser over the loaded time span: what loaded inbox rows point to.
+func (d dataset) loadedPost(r, a, perUser int) feed.Post {
+	slot := (d.t1 - d.t0) / int64(perUser)
+	return feed.Post{
+		ContentID:   loadedContentBase + uint64(r)*inboxAuthors + uint64(a),
+		AuthorID:    inboxAuthorBase + uint64(a),
+		PublishTime: d.t0 + int64(r)*slot + int64(a)*slot/inboxAuthors,
+		Kind:        feed.KindPost,
+	}
 }
 
 // footprint measures phase D: disk bytes per inbox row.

@@ -37,7 +37,7 @@ func (b *bench) fanout(ctx context.Context) error {
 	for i := range room {
 		room[i] = roomUser(i)
 	}
-	if _, err := b.loadInboxes(ctx, room, res.RoomRows); err != nil {
+	if _, err := b.loadInboxes(ctx, b.st, room, res.RoomRows); err != nil {
 		return err
 	}
 	followers, err := b.fanoutFollowers(ctx, fanoutAuthorBase, b.data.users)

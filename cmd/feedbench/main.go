@@ -12,6 +12,8 @@
 //	B  publish → visible latency over HTTP for a 1k and a 100k follower author
 //	C  feed read throughput over HTTP vs a raw prepared keyset SELECT
 //	D  disk bytes per inbox row
+//	R  store/reshard's copy of half the virtual shards to a second database
+//	   vs raw INSERT … SELECT, on databases of its own
 //
 // `make bench` runs it; -quick runs tiny sizes in a few seconds.
 package main

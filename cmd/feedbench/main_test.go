@@ -41,6 +41,8 @@ func TestQuick(t *testing.T) {
 		"| 50-pull HTTP / inbox-only HTTP |",
 		"## D. Disk bytes per inbox row",
 		"| as loaded |",
+		"## R. Reshard copy rate",
+		"| reshard copy / ceiling (moving rows/s) |",
 		keepMarker,
 	} {
 		if !strings.Contains(report, want) {

@@ -54,53 +54,61 @@ type options struct {
 	// Phase D.
 	Optimize bool
 
+	// Phase R.
+	ReshardUsers     int // users of the source database
+	ReshardInboxRows int // inbox rows per user there
+
 	CPUProfile string
 }
 
 func defaultOptions() options {
 	return options{
-		Out:             "docs/BENCHMARKS.md",
-		Phases:          "ABCD",
-		Seed:            1,
-		Users:           10000,
-		InboxRows:       300,
-		FanoutAuthors:   20,
-		FanoutFollowers: 5000,
-		Rounds:          8,
-		Workers:         service.WorkersDefault,
-		InboxSlack:      service.InboxSlackDefault,
-		FollowersSmall:  1000,
-		FollowersBig:    100000,
-		RepsSmall:       200,
-		RepsBig:         100,
-		Clients:         8,
-		ReaderUsers:     2000,
-		Pages:           3,
-		PullPosts:       40,
-		Duration:        10 * time.Second,
-		Warmup:          2 * time.Second,
-		Slices:          10,
-		Diagnostics:     true,
-		Optimize:        true,
+		Out:              "docs/BENCHMARKS.md",
+		Phases:           "ABCDR",
+		Seed:             1,
+		Users:            10000,
+		InboxRows:        300,
+		FanoutAuthors:    20,
+		FanoutFollowers:  5000,
+		Rounds:           8,
+		Workers:          service.WorkersDefault,
+		InboxSlack:       service.InboxSlackDefault,
+		FollowersSmall:   1000,
+		FollowersBig:     100000,
+		RepsSmall:        200,
+		RepsBig:          100,
+		Clients:          8,
+		ReaderUsers:      2000,
+		Pages:            3,
+		PullPosts:        40,
+		Duration:         10 * time.Second,
+		Warmup:           2 * time.Second,
+		Slices:           10,
+		Diagnostics:      true,
+		Optimize:         true,
+		ReshardUsers:     3000,
+		ReshardInboxRows: 100,
 	}
 }
 
 // quickSizes replace the defaults of flags not given explicitly under -quick.
 var quickSizes = map[string]string{
-	"users":            "400",
-	"inbox-rows":       "30",
-	"fanout-authors":   "2",
-	"fanout-followers": "300",
-	"rounds":           "2",
-	"followers-small":  "100",
-	"followers-big":    "2000",
-	"reps-small":       "3",
-	"reps-big":         "2",
-	"reader-users":     "100",
-	"pull-posts":       "5",
-	"duration":         "700ms",
-	"warmup":           "200ms",
-	"slices":           "2",
+	"users":              "400",
+	"inbox-rows":         "30",
+	"fanout-authors":     "2",
+	"fanout-followers":   "300",
+	"rounds":             "2",
+	"followers-small":    "100",
+	"followers-big":      "2000",
+	"reps-small":         "3",
+	"reps-big":           "2",
+	"reader-users":       "100",
+	"pull-posts":         "5",
+	"duration":           "700ms",
+	"warmup":             "200ms",
+	"slices":             "2",
+	"reshard-users":      "100",
+	"reshard-inbox-rows": "10",
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -111,7 +119,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Out, "out", o.Out, "report file to write")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the benchmark database instead of dropping it")
 	fs.BoolVar(&o.Quick, "quick", false, "tiny sizes: a smoke run of a few seconds")
-	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk)")
+	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk), R (reshard)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the data generator")
 	fs.IntVar(&o.Users, "users", o.Users, "users with a loaded inbox")
 	fs.IntVar(&o.InboxRows, "inbox-rows", o.InboxRows, "inbox rows loaded per user")
@@ -133,6 +141,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Slices, "slices", o.Slices, "C: the runs take turns in this many slices of -duration each, so bursts of other load hit them alike")
 	fs.BoolVar(&o.Diagnostics, "diagnostics", o.Diagnostics, "C: also time store.ReadFeed and service.Feed without HTTP")
 	fs.BoolVar(&o.Optimize, "optimize", o.Optimize, "D: also measure the inbox after OPTIMIZE TABLE")
+	fs.IntVar(&o.ReshardUsers, "reshard-users", o.ReshardUsers, "R: users of the source database, each following the loaded rows' authors")
+	fs.IntVar(&o.ReshardInboxRows, "reshard-inbox-rows", o.ReshardInboxRows, "R: inbox rows loaded per user of the source database (and posts per author)")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -176,8 +186,10 @@ func (o options) validate() error {
 		return fmt.Errorf("-clients, -reader-users, -pages, -pull-posts and -slices must be >= 1")
 	case o.Duration <= 0 || o.Warmup < 0:
 		return fmt.Errorf("-duration must be > 0 and -warmup >= 0")
-	case strings.Trim(o.Phases, "ABCD") != "":
-		return fmt.Errorf("-phases takes letters of ABCD, got %q", o.Phases)
+	case o.ReshardUsers < 1 || o.ReshardInboxRows < 1:
+		return fmt.Errorf("-reshard-users and -reshard-inbox-rows must be >= 1")
+	case strings.Trim(o.Phases, "ABCDR") != "":
+		return fmt.Errorf("-phases takes letters of ABCDR, got %q", o.Phases)
 	}
 	return nil
 }

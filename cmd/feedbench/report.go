@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/feedhq/feed/store"
 )
 
 // Targets the figures are judged against.
@@ -160,6 +162,7 @@ type report struct {
 	Latency    []latencyResult
 	Reads      []readResult
 	Footprints []footprintResult
+	Reshard    *reshardResult
 }
 
 func newReport(opt options, args []string, addr, database string) *report {
@@ -213,8 +216,12 @@ func (r *report) render(w *bytes.Buffer) {
 		r.Server.Version, r.Addr, bytesIEC(r.Server.BufferPoolBytes), r.Server.FlushLogAtTrxCommit)
 	p("| client | %s, service and HTTP server in the benchmark process (in-process stack, loopback TCP; phase C's HTTP readers use a wrk-style load generator, phase B the typed Go client) |", runtime.Version())
 	p("| shared machine | %s |", r.Shared.describe())
-	p("| data | %s users × %d inbox rows loaded in publish-time order (%s rows in %.0f s, %s rows/s); one shard |",
-		count(o.Users), o.InboxRows, count(int(r.Load.Rows)), r.Load.Elapsed.Seconds(), count(int(rate(r.Load.Rows, r.Load.Elapsed))))
+	if r.Load.Rows > 0 {
+		p("| data | %s users × %d inbox rows loaded in publish-time order (%s rows in %.0f s, %s rows/s); one shard |",
+			count(o.Users), o.InboxRows, count(int(r.Load.Rows)), r.Load.Elapsed.Seconds(), count(int(rate(r.Load.Rows, r.Load.Elapsed))))
+	} else {
+		p("| data | none loaded: no phase of A–D ran (phase R loads databases of its own) |")
+	}
 	p("")
 	p("## How to read this")
 	p("")
@@ -232,6 +239,7 @@ func (r *report) render(w *bytes.Buffer) {
 	r.renderLatency(p)
 	r.renderReads(p)
 	r.renderFootprint(p)
+	r.renderReshard(p)
 }
 
 func (r *report) renderFanout(p func(string, ...any)) {
@@ -441,6 +449,69 @@ func (r *report) renderFootprint(p func(string, ...any)) {
 	p("\"As loaded\" is the table after %s users × %d rows arrived slot by slot in publish-time order, the",
 		count(r.Opt.Users), r.Opt.InboxRows)
 	p("order fan-out writes them; \"at the end\" adds phase A's and B's writes and trims.")
+	p("")
+}
+
+func (r *report) renderReshard(p func(string, ...any)) {
+	p("## R. Reshard copy rate")
+	p("")
+	x := r.Reshard
+	if x == nil {
+		p("Not run (`-phases` excluded R).")
+		p("")
+		return
+	}
+	p("A source database holds all %d virtual shards (the one-database layout, recorded at epoch 1 by",
+		store.DefaultVirtualShards)
+	p("`Store.CheckLayout`) and a deployment at rest: %s users with %d inbox rows each and a header row",
+		count(x.Users), x.InboxRows)
+	p("(phase C's and D's loader), each following the %d authors of those rows (%s edges in `following`",
+		inboxAuthors, count(x.Users*inboxAuthors))
+	p("and in `followers`), and those authors' %s posts with their finished deliveries; `content_ids`",
+		count(x.InboxRows*inboxAuthors))
+	p("is empty, as publishing leaves it with one database, and so are `fanout_tasks` and `follow_events`.")
+	p("Loading took %.0f s. `reshard.Apply`, what `feedd reshard apply` runs, moves virtual shards %d–%d",
+		x.Load.Seconds(), reshardFirstMoved, store.DefaultVirtualShards-1)
+	p("to a second, empty database on the same server with its default batch size; `reshard.Cleanup`")
+	p("then deletes the moved rows from the source. The steps are told apart by `reshard.Options.Progress`")
+	p("reports, each ending at its last report: the copy's last partial batches fall in the verify")
+	p("step, and the cut-over is what follows the last verify report (fan-outs in flight planned again,")
+	p("the layout recorded at the next epoch on both databases, the marks removed). Apply's time leaves")
+	p("out `reshard.Open`, which migrates the new database. The ceiling ran first, on the freshly loaded")
+	p("source, into a third database migrated beforehand; both copied the same rows (the run checks the")
+	p("counts).")
+	p("")
+	p("| step | rows read | rows of moving virtual shards | seconds | rows read/s | moving rows/s |")
+	p("|---|---:|---:|---:|---:|---:|")
+	p("| **reshard copy**: every row of each keyed source table read in primary-key batches, its key hashed in Go, the moving rows written with multi-row `INSERT IGNORE` | %s | %s copied | %.2f | %s | **%s** |",
+		count(int(x.Copy.Read)), count(int(x.Copy.Moved)), x.Copy.Time.Seconds(), count(int(rate(x.Copy.Read, x.Copy.Time))), count(int(rate(x.Copy.Moved, x.Copy.Time))))
+	p("| reshard verify: every keyed row of the source and of the new database read again, a SHA-256 digest per table and virtual shard of the moving rows on each side | %s | %s digested | %.2f | %s | %s |",
+		count(int(x.Verify.Read)), count(int(x.Verify.Moved)), x.Verify.Time.Seconds(), count(int(rate(x.Verify.Read, x.Verify.Time))), count(int(rate(x.Verify.Moved, x.Verify.Time))))
+	p("| reshard cut-over | — | — | %.2f | — | — |", x.CutOver.Seconds())
+	p("| **reshard apply in all** | %s | %s copied | %.2f | — | %s |",
+		count(int(x.Copy.Read+x.Verify.Read)), count(int(x.Copy.Moved)), x.Apply.Seconds(), count(int(rate(x.Copy.Moved, x.Apply))))
+	p("| reshard cleanup: every keyed row of both databases read, the moved ones deleted from the source by primary key | %s | %s deleted | %.2f | %s | %s |",
+		count(int(x.Cleanup.Read)), count(int(x.Cleanup.Moved)), x.Cleanup.Time.Seconds(), count(int(rate(x.Cleanup.Read, x.Cleanup.Time))), count(int(rate(x.Cleanup.Moved, x.Cleanup.Time))))
+	p("| ceiling: raw `INSERT INTO target.t SELECT * FROM t WHERE key IN (…)`, %d ids a statement, the moving ids known up front | — | %s copied | %.2f | — | **%s** |",
+		ceilingIDs, count(int(x.CeilingRows)), x.Ceiling.Seconds(), count(int(rate(x.CeilingRows, x.Ceiling))))
+	p("")
+	p("| ratio | value | target | verdict |")
+	p("|---|---:|---:|---|")
+	copyRatio := rate(x.Copy.Moved, x.Copy.Time) / rate(x.CeilingRows, x.Ceiling)
+	p("| reshard copy / ceiling (moving rows/s) | %.2f | — | (reported) |", copyRatio)
+	p("| reshard apply in all / ceiling (moving rows/s) | %.2f | — | (reported) |", rate(x.Copy.Moved, x.Apply)/rate(x.CeilingRows, x.Ceiling))
+	p("")
+	p("The copy step read %.1f source rows for each row it moved, since it reads every row of each keyed",
+		float64(x.Copy.Read)/float64(max(x.Copy.Moved, 1)))
+	p("table to find those of moving virtual shards, and carried each moved row through the client; it")
+	p("ran at %.0f%% of the ceiling's rate. The ceiling's rate leaves out reading the keys' ids (`SELECT", 100*copyRatio)
+	p("DISTINCT` of each table's placing column) and picking the moving ones in Go, %.2f s, and it", x.CeilingIDs.Seconds())
+	p("keeps the rows inside the server: no client round trip per batch, no keyset scan, no check for rows")
+	p("an earlier run copied. Of the apply's %.1f s, the copy took %.0f%%, the verify %.0f%% and the",
+		x.Apply.Seconds(), 100*x.Copy.Time.Seconds()/x.Apply.Seconds(), 100*x.Verify.Time.Seconds()/x.Apply.Seconds())
+	p("cut-over %.0f%%. Cleanup, run after the cut-over as `feedd reshard cleanup`, took %.1f s, %.1f×",
+		100*x.CutOver.Seconds()/x.Apply.Seconds(), x.Cleanup.Time.Seconds(), x.Cleanup.Time.Seconds()/x.Copy.Time.Seconds())
+	p("the copy's time for as many rows.")
 	p("")
 }
 

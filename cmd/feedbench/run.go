@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -27,9 +28,12 @@ type bench struct {
 	stack *stack
 	st    *store.Store
 	db    *sqlx.DB // the one shard's pool: every id lives on it
-	rng   *rand.Rand
-	rep   *report
-	data  dataset
+	// server is the parsed DSN of the benchmark database; phase R names its own
+	// databases on the same server with it.
+	server *mysql.Config
+	rng    *rand.Rand
+	rep    *report
+	data   dataset
 
 	ceilingPosts uint64 // synthetic posts the insert ceiling wrote
 }
@@ -104,13 +108,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 		}
 	}()
 	b := &bench{
-		opt:   opt,
-		log:   log,
-		stack: stk,
-		st:    st,
-		db:    st.Shards()[0].DB,
-		rng:   rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
-		rep:   newReport(opt, args, addr, cfg.DBName),
+		opt:    opt,
+		log:    log,
+		stack:  stk,
+		st:     st,
+		db:     st.Shards()[0].DB,
+		server: cfg,
+		rng:    rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
+		rep:    newReport(opt, args, addr, cfg.DBName),
 	}
 	b.rep.PullCacheTTL = stk.svc.Config().PullCacheTTL
 	if b.rep.Server, err = readServerInfo(ctx, b.db); err != nil {
@@ -133,10 +138,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 
 // phases loads the data and runs the phases asked for, in an order that
 // gives each the table it needs: D on the freshly loaded inbox, C before
-// fan-out trims any inbox, A on full inboxes, B last.
+// fan-out trims any inbox, A on full inboxes, B after them. R, on databases
+// of its own, goes last; run alone it needs no loaded inboxes.
 func (b *bench) phases(ctx context.Context) error {
-	if err := b.load(ctx); err != nil {
-		return err
+	b.data = newDataset(b.opt.Users, time.Now())
+	if strings.ContainsAny(b.opt.Phases, "ABCD") {
+		if err := b.load(ctx); err != nil {
+			return err
+		}
 	}
 	if b.opt.runs('D') {
 		f, err := b.footprint(ctx, "as loaded", false)
@@ -172,6 +181,11 @@ func (b *bench) phases(ctx context.Context) error {
 				return err
 			}
 			b.rep.Footprints = append(b.rep.Footprints, f)
+		}
+	}
+	if b.opt.runs('R') {
+		if err := b.resharding(ctx); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -80,10 +80,11 @@ func readServerInfo(ctx context.Context, db *sqlx.DB) (serverInfo, error) {
 	return si, nil
 }
 
-// otherSessionsSQL counts sessions of other databases running a statement.
+// otherSessionsSQL counts sessions of other databases running a statement;
+// phase R's databases, named after the benchmark's, are this run's own.
 const otherSessionsSQL = `SELECT COUNT(*) FROM information_schema.PROCESSLIST
 WHERE ID <> CONNECTION_ID() AND COMMAND NOT IN ('Sleep', 'Daemon', 'Binlog Dump')
-AND (DB IS NULL OR DB <> DATABASE())`
+AND (DB IS NULL OR LEFT(DB, CHAR_LENGTH(DATABASE())) <> DATABASE())`
 
 // otherActiveSessions counts the server's sessions that are running a
 // statement for another database at this instant: on a shared server their
