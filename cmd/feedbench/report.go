@@ -490,7 +490,7 @@ func (r *report) renderReshard(p func(string, ...any)) {
 	p("| reshard cut-over | — | — | %.2f | — | — |", x.CutOver.Seconds())
 	p("| **reshard apply in all** | %s | %s copied | %.2f | — | %s |",
 		count(int(x.Copy.Read+x.Verify.Read)), count(int(x.Copy.Moved)), x.Apply.Seconds(), count(int(rate(x.Copy.Moved, x.Apply))))
-	p("| reshard cleanup: every keyed row of both databases read, the moved ones deleted from the source by primary key | %s | %s deleted | %.2f | %s | %s |",
+	p("| reshard cleanup: every keyed row of both databases read, the moved ones deleted from the source by their id, one `DELETE … IN` per batch (by primary key where the id does not lead it) | %s | %s deleted | %.2f | %s | %s |",
 		count(int(x.Cleanup.Read)), count(int(x.Cleanup.Moved)), x.Cleanup.Time.Seconds(), count(int(rate(x.Cleanup.Read, x.Cleanup.Time))), count(int(rate(x.Cleanup.Moved, x.Cleanup.Time))))
 	p("| ceiling: raw `INSERT INTO target.t SELECT * FROM t WHERE key IN (…)`, %d ids a statement, the moving ids known up front | — | %s copied | %.2f | — | **%s** |",
 		ceilingIDs, count(int(x.CeilingRows)), x.Ceiling.Seconds(), count(int(rate(x.CeilingRows, x.Ceiling))))

@@ -465,24 +465,39 @@ func (r *Reshard) deleteWhere(ctx context.Context, step string, gone func(name s
 		}
 		for _, t := range tables {
 			pr := Progress{Step: step, Table: t.name, Estimate: estimate(ctx, db, t.name)}
+			// Where the placing id leads the primary key, a row's id names
+			// a range of it, which one DELETE … IN removes whole; other
+			// tables go row by row.
+			byID := t.pk[0] == t.key
 			var keys [][]any
+			var ids []any
 			del := func() error {
-				if len(keys) == 0 {
-					return nil
+				var err error
+				switch {
+				case len(ids) > 0:
+					_, err = db.ExecContext(ctx, "DELETE FROM `"+t.name+"` WHERE `"+t.cols[t.key]+"` IN (?"+
+						strings.Repeat(",?", len(ids)-1)+")", ids...)
+				case len(keys) > 0:
+					err = deleteKeys(ctx, db, t, keys)
 				}
-				err := deleteKeys(ctx, db, t, keys)
-				keys = keys[:0]
+				keys, ids = keys[:0], ids[:0]
 				return err
 			}
+			var lastID uint64
 			err := r.scan(ctx, db, t, func(id uint64, row []any) error {
 				pr.Rows++
 				if gone(name, r.vshard(id)) {
 					pr.Moved++
-					k := make([]any, len(t.pk))
-					for i, c := range t.pk {
-						k[i] = row[c]
+					switch {
+					case !byID:
+						k := make([]any, len(t.pk))
+						for i, c := range t.pk {
+							k[i] = row[c]
+						}
+						keys = append(keys, k)
+					case len(ids) == 0 || id != lastID:
+						ids, lastID = append(ids, id), id
 					}
-					keys = append(keys, k)
 				}
 				if pr.Rows%int64(r.opt.BatchSize) == 0 {
 					r.report(pr)
