@@ -140,7 +140,12 @@ func (s *Store) Shards() []*Shard { return s.shards }
 
 // ShardOf returns the shard of a user id or author id. Both hash the same
 // way, so a user's inbox and the same id's posts share a shard.
+// With one shard it hashes nothing: fan-out and planning ask it for every
+// follower.
 func (s *Store) ShardOf(id uint64) *Shard {
+	if len(s.shards) == 1 {
+		return s.shards[0]
+	}
 	return s.owner[VirtualShard(id, len(s.owner))]
 }
 

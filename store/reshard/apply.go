@@ -424,6 +424,15 @@ func (r *Reshard) Status(ctx context.Context) (Status, error) {
 // marks. After the cut-over there is nothing to abort: the layout in force
 // is the new one (reshard back with the old map instead).
 func (r *Reshard) Abort(ctx context.Context) error {
+	st, err := r.Status(ctx)
+	if err != nil {
+		return err
+	}
+	for name, layout := range st.UnderWay {
+		if layout != r.Target() {
+			return fmt.Errorf("reshard: the reshard marked on %s moves to %q, not to this map's layout; abort it with its own map", name, layout)
+		}
+	}
 	if len(r.Moves) > 0 {
 		if err := r.deleteWhere(ctx, "abort", func(name string, v int) bool {
 			return r.target[v] == name && r.inForce[v] != name
