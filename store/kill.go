@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -135,12 +136,9 @@ type killConn struct {
 	// killed is set once a kill was sent: the connection is not reused,
 	// since a late KILL QUERY could hit its next statement.
 	killed atomic.Bool
-	// sock is the connection's socket, closed first when a detached
-	// COMMIT or ROLLBACK may still be reading from it.
+	// sock is the connection's socket, closed under a COMMIT or ROLLBACK
+	// whose context ends, so that a server that hangs holds nobody.
 	sock net.Conn
-	// detached, when set, is closed once a COMMIT or ROLLBACK its caller
-	// stopped waiting for has returned; Close waits for it.
-	detached chan struct{}
 }
 
 // watch sends KILL QUERY for this connection if ctx ends before the
@@ -210,20 +208,7 @@ func (c *killConn) Begin() (driver.Tx, error) {
 	return c.BeginTx(context.Background(), driver.TxOptions{})
 }
 
-// Close closes the connection. After a detached COMMIT or ROLLBACK it
-// closes the socket first, which ends that statement's wait whatever the
-// server does, then closes the driver's connection once the statement
-// has returned, so the two never use the connection at once.
-func (c *killConn) Close() error {
-	if c.detached == nil {
-		return c.raw.Close()
-	}
-	if c.sock != nil {
-		_ = c.sock.Close()
-	}
-	<-c.detached
-	return c.raw.Close()
-}
+func (c *killConn) Close() error { return c.raw.Close() }
 
 func (c *killConn) Ping(ctx context.Context) error              { return c.raw.Ping(ctx) }
 func (c *killConn) CheckNamedValue(nv *driver.NamedValue) error { return c.raw.CheckNamedValue(nv) }
@@ -272,10 +257,10 @@ func (t *killTx) Rollback() error { return t.end(t.raw.Rollback) }
 // under the transaction's. A transaction whose context has already ended
 // sends nothing: the connection is dropped, and the server rolls the
 // transaction back with it. One whose context ends while the statement
-// runs has it killed, and the caller stops waiting (a server that hangs
-// answers neither it nor the kill); the outcome of a commit cut off so is
-// unknown, but the caller's write is one transaction, so it happened whole
-// or not at all. Either way the connection is not reused.
+// runs has it killed and its socket closed, which ends the driver's wait
+// whatever the server does; the outcome of a commit cut off so is unknown,
+// but the caller's write is one transaction, so it happened whole or not at
+// all. Either way the connection is not reused.
 func (t *killTx) end(f func() error) error {
 	if t.ctx.Done() == nil {
 		return f()
@@ -285,25 +270,16 @@ func (t *killTx) end(f func() error) error {
 		return driver.ErrBadConn
 	}
 	stop := t.conn.watch(t.ctx)
-	done := make(chan struct{})
-	var err error
-	go func() {
-		defer close(done)
-		err = f()
-	}()
-	select {
-	case <-done:
-		stop()
-		return err
-	case <-t.ctx.Done():
-	}
-	select {
-	case <-done: // it finished as the context ended: its answer stands
-		stop()
-		return err
-	default:
+	unblock := context.AfterFunc(t.ctx, func() {
+		if t.conn.sock != nil {
+			_ = t.conn.sock.Close()
+		}
+	})
+	err := f()
+	if !unblock() {
 		t.conn.killed.Store(true)
-		t.conn.detached = done
-		return t.ctx.Err()
+		err = cmp.Or(t.ctx.Err(), err)
 	}
+	stop()
+	return err
 }
