@@ -27,22 +27,6 @@ const (
 	ceilingIDs = 1000
 )
 
-// keyedTables lists the tables whose rows move with a virtual shard and the
-// column whose id places a row, as store/reshard knows them; the phase
-// fails if the two copies' row counts differ, so a table added there and
-// missing here shows.
-var keyedTables = []struct{ name, key string }{
-	{"posts", "author_id"},
-	{"deliveries", "author_id"},
-	{"fanout_tasks", "author_id"},
-	{"followers", "author_id"},
-	{"authors", "author_id"},
-	{"inbox", "user_id"},
-	{"following", "user_id"},
-	{"follow_events", "user_id"},
-	{"content_ids", "content_id"},
-}
-
 // stepResult is what one step of a reshard read and did.
 type stepResult struct {
 	Read  int64 // rows read
@@ -272,11 +256,11 @@ func (b *bench) reshardCeiling(ctx context.Context, source, target string, res *
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1)
-	for _, t := range keyedTables {
+	for _, t := range reshard.Keyed {
 		start := time.Now()
 		var ids, moving []uint64
-		if err := db.SelectContext(ctx, &ids, "SELECT DISTINCT `"+t.key+"` FROM `"+t.name+"`"); err != nil {
-			return fmt.Errorf("ceiling: ids of %s: %w", t.name, err)
+		if err := db.SelectContext(ctx, &ids, "SELECT DISTINCT `"+t.Key+"` FROM `"+t.Name+"`"); err != nil {
+			return fmt.Errorf("ceiling: ids of %s: %w", t.Name, err)
 		}
 		for _, id := range ids {
 			if store.VirtualShard(id, store.DefaultVirtualShards) >= reshardFirstMoved {
@@ -285,7 +269,7 @@ func (b *bench) reshardCeiling(ctx context.Context, source, target string, res *
 		}
 		res.CeilingIDs += time.Since(start)
 		start = time.Now()
-		head := "INSERT INTO `" + target + "`.`" + t.name + "` SELECT * FROM `" + t.name + "` WHERE `" + t.key + "` IN ("
+		head := "INSERT INTO `" + target + "`.`" + t.Name + "` SELECT * FROM `" + t.Name + "` WHERE `" + t.Key + "` IN ("
 		for chunk := range slices.Chunk(moving, ceilingIDs) {
 			args := make([]any, len(chunk))
 			for i, id := range chunk {
@@ -294,7 +278,7 @@ func (b *bench) reshardCeiling(ctx context.Context, source, target string, res *
 			q := head + strings.TrimSuffix(strings.Repeat("?,", len(chunk)), ",") + ")"
 			r, err := db.ExecContext(ctx, q, args...)
 			if err != nil {
-				return fmt.Errorf("ceiling: copy %s: %w", t.name, err)
+				return fmt.Errorf("ceiling: copy %s: %w", t.Name, err)
 			}
 			n, err := r.RowsAffected()
 			if err != nil {

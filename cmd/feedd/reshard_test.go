@@ -16,6 +16,7 @@ import (
 
 	"github.com/feedhq/feed/httpapi/client"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/reshard"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -292,13 +293,12 @@ func wantOnly(t *testing.T, dsn map[string]string, path string) {
 			owner[v] = r.Database
 		}
 	}
-	keys := map[string]string{"posts": "author_id", "followers": "author_id", "authors": "author_id",
-		"deliveries": "author_id", "inbox": "user_id", "following": "user_id", "follow_events": "user_id", "content_ids": "content_id"}
 	for name, d := range dsn {
 		db, err := sql.Open("mysql", d)
 		must(t, err)
-		for tbl, col := range keys {
-			rows, err := db.QueryContext(t.Context(), "SELECT DISTINCT "+col+" FROM "+tbl)
+		for _, k := range reshard.Keyed {
+			tbl := k.Name
+			rows, err := db.QueryContext(t.Context(), "SELECT DISTINCT "+k.Key+" FROM "+tbl)
 			if err != nil && strings.Contains(err.Error(), "1146") {
 				break // a database the maps have not used yet
 			}

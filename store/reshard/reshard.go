@@ -22,9 +22,12 @@ import (
 	"github.com/feedhq/feed/store"
 )
 
-// keyed lists every table whose rows move with a virtual shard, and the
+// KeyedTable is a table whose rows move with a virtual shard, and the
 // column whose id places a row.
-var keyed = []struct{ name, key string }{
+type KeyedTable struct{ Name, Key string }
+
+// Keyed lists every keyed table.
+var Keyed = []KeyedTable{
 	{"posts", "author_id"},
 	{"deliveries", "author_id"},
 	{"fanout_tasks", "author_id"},
@@ -221,22 +224,22 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' OR
 
 // describe reads the keyed tables' columns and primary keys from db.
 func describe(ctx context.Context, db *sqlx.DB) ([]table, error) {
-	out := make([]table, 0, len(keyed))
-	for _, k := range keyed {
-		t := table{name: k.name, key: -1}
-		if err := db.SelectContext(ctx, &t.cols, columnsSQL, k.name); err != nil {
+	out := make([]table, 0, len(Keyed))
+	for _, k := range Keyed {
+		t := table{name: k.Name, key: -1}
+		if err := db.SelectContext(ctx, &t.cols, columnsSQL, k.Name); err != nil {
 			return nil, err
 		}
 		var pk []string
-		if err := db.SelectContext(ctx, &pk, primaryKeySQL, k.name); err != nil {
+		if err := db.SelectContext(ctx, &pk, primaryKeySQL, k.Name); err != nil {
 			return nil, err
 		}
-		t.key = slices.Index(t.cols, k.key)
+		t.key = slices.Index(t.cols, k.Key)
 		for _, c := range pk {
 			t.pk = append(t.pk, slices.Index(t.cols, c))
 		}
 		if len(t.cols) == 0 || t.key < 0 || len(t.pk) == 0 || slices.Contains(t.pk, -1) {
-			return nil, fmt.Errorf("table %s: unexpected schema (columns %v, primary key %v): migrate every database first", k.name, t.cols, pk)
+			return nil, fmt.Errorf("table %s: unexpected schema (columns %v, primary key %v): migrate every database first", k.Name, t.cols, pk)
 		}
 		out = append(out, t)
 	}
