@@ -2,7 +2,7 @@
 -- author-keyed tables (posts, deliveries, fanout_tasks, followers, authors)
 -- on the author's shard, user-keyed tables (inbox, following, follow_events)
 -- on the user's, content_ids on the shard of the content id, and health, shard_map,
--- identity and reshard on every database. A user id and the same number as an author id land on the
+-- identity, reshard, layout_fence and reshard_changes on every database. A user id and the same number as an author id land on the
 -- same shard. No query joins a user-keyed table to an author-keyed one.
 --
 -- Times are Unix milliseconds. The tables with a kind column are ascii
@@ -64,6 +64,7 @@ CREATE TABLE IF NOT EXISTS fanout_tasks (
     claim_token   BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'random token of the worker holding the lease, 0 if none',
     claimed_until BIGINT          NOT NULL DEFAULT 0 COMMENT 'Unix ms when the lease ends and any worker may resume the task',
     attempts      INT             NOT NULL DEFAULT 0 COMMENT 'times the task was claimed',
+    epoch         BIGINT          NOT NULL DEFAULT 0 COMMENT 'the layout epoch the task was planned under: a worker under another epoch plans the delivery again, since the task names target databases by that layout',
     PRIMARY KEY (content_id, seq),
     KEY idx_fanout_tasks_claim (done, claimed_until)
 ) ENGINE = InnoDB DEFAULT CHARSET = ascii
@@ -163,11 +164,31 @@ CREATE TABLE IF NOT EXISTS reshard (
     id         TINYINT UNSIGNED NOT NULL COMMENT 'always 0: one reshard at a time',
     layout     MEDIUMTEXT       NOT NULL COMMENT 'the layout the reshard moves the data to (shard_map.layout format)',
     started_at BIGINT           NOT NULL COMMENT 'Unix ms when feedd reshard apply began',
+    phase      VARCHAR(32)      NOT NULL DEFAULT '' COMMENT 'on a database that gives up virtual shards: copy, catch-up, verify or cut-over, for feedd reshard status',
     PRIMARY KEY (id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
-  COMMENT 'on every database a reshard touches while it is under way: feedd serve and migrate refuse to start meanwhile';
+  COMMENT 'on every database a reshard touches while it is under way: a second reshard to another layout is refused meanwhile';
+
+CREATE TABLE IF NOT EXISTS layout_fence (
+    id      TINYINT UNSIGNED NOT NULL COMMENT 'always 0: one row per database',
+    epoch   BIGINT           NOT NULL COMMENT 'the layout epoch this database takes writes under: a write from a connection of an older epoch is refused',
+    capture TINYINT          NOT NULL DEFAULT 0 COMMENT '1 while a reshard copies virtual shards away from this database: the fence triggers log each changed row in reshard_changes',
+    PRIMARY KEY (id)
+) ENGINE = InnoDB
+  COMMENT 'read by the triggers feedd reshard installs on a database that gives up virtual shards; its cut-over takes the row''s lock, which holds writes for the pause';
+
+CREATE TABLE IF NOT EXISTS reshard_changes (
+    seq        BIGINT UNSIGNED  NOT NULL AUTO_INCREMENT,
+    table_name VARCHAR(64)      NOT NULL COMMENT 'the keyed table whose row changed',
+    id         BIGINT UNSIGNED  NOT NULL COMMENT 'the row''s placing id (user, author or content id), whose virtual shard says whether it moves',
+    pk         VARCHAR(512)     NOT NULL COMMENT 'the row''s primary key as a JSON array',
+    PRIMARY KEY (seq)
+) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
+  COMMENT 'rows changed on a database while a reshard copies from it, written by its triggers: feedd reshard applies each to the new database by reading the row again, and deletes the entry';
 
 -- +goose Down
+DROP TABLE IF EXISTS reshard_changes;
+DROP TABLE IF EXISTS layout_fence;
 DROP TABLE IF EXISTS reshard;
 DROP TABLE IF EXISTS identity;
 DROP TABLE IF EXISTS shard_map;

@@ -43,7 +43,30 @@ func (s *Service) CheckHealth(ctx context.Context) {
 // pools for waits, until ctx ends.
 func (s *Service) WatchHealth(ctx context.Context) {
 	go s.watchPools(ctx)
+	go s.followLayout(ctx)
 	s.store.WatchHealth(ctx, s.cfg.ProbeInterval, s.cfg.ProbeTimeout, s.healthChanged)
+}
+
+// followLayout routes by each layout feedd reshard cuts over to, as soon as
+// a probe reads its epoch or a database refuses a write as stale, so a
+// running process needs no restart.
+func (s *Service) followLayout(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.store.Stale():
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.cfg.ProbeTimeout)
+		changed, err := s.store.Refresh(rctx)
+		cancel()
+		switch {
+		case changed:
+			s.log.Info("routing by a new layout", "epoch", s.store.Epoch(), "layout", s.store.Layout())
+		case err != nil && ctx.Err() == nil:
+			s.log.Warn("reading the layout in force", "err", err)
+		}
+	}
 }
 
 // watchPools logs once when a class's pool of a database starts making

@@ -257,6 +257,9 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 	}
 	for {
 		s.batchDone(work, t, res, start)
+		if res.Replanned {
+			s.wake.notify() // its delivery waits for a planner
+		}
 		if res.TaskDone {
 			return 1, nil
 		}

@@ -73,7 +73,7 @@ const authorModeSQL = `SELECT mode FROM authors WHERE author_id = ?`
 
 const streamFollowersSQL = `SELECT user_id FROM followers WHERE author_id = ? ORDER BY user_id`
 
-const insertTasksHead = `INSERT INTO fanout_tasks (content_id, seq, author_id, target, publish_time, kind, mode, retract, lo, hi, last_user)`
+const insertTasksHead = `INSERT INTO fanout_tasks (content_id, seq, author_id, target, publish_time, kind, mode, retract, lo, hi, last_user, epoch)`
 
 const finishPlanSQL = `UPDATE deliveries SET state = ?, mode = ?, recipients = ?, delivered = ?, tasks_left = ?, claim_token = 0, claimed_until = 0
 WHERE content_id = ? AND claim_token = ?`
@@ -96,6 +96,10 @@ func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptio
 	var res PlanResult
 	err := inTx(ctx, s.ShardOf(job.AuthorID).pool(ctx), func(tx *sqlx.Tx) error {
 		res = PlanResult{}
+		// Read before any follower is placed: a layout that changes while
+		// the plan runs leaves the tasks an older epoch than their targets'
+		// layout, and they are planned again (runBatch).
+		epoch := s.Epoch()
 		var d struct {
 			PublishTime int64  `db:"publish_time"`
 			Kind        string `db:"kind"`
@@ -172,12 +176,12 @@ func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptio
 				}
 				for _, sh := range s.shards {
 					if _, ok := targets[i][sh]; ok || d.Retract {
-						args = append(args, job.ContentID, res.Tasks, job.AuthorID, sh.Name, d.PublishTime, d.Kind, res.Mode, retract, lo, hi, lo)
+						args = append(args, job.ContentID, res.Tasks, job.AuthorID, sh.Name, d.PublishTime, d.Kind, res.Mode, retract, lo, hi, lo, epoch)
 						res.Tasks++
 					}
 				}
 			}
-			const cols = 11
+			const cols = 12
 			for start := 0; start < len(args); start += cols * taskInsertChunk {
 				chunk := args[start:min(start+cols*taskInsertChunk, len(args))]
 				if _, err := tx.ExecContext(ctx, multiRowInsert(insertTasksHead, cols, len(chunk)/cols, ""), chunk...); err != nil {
@@ -209,12 +213,13 @@ type Task struct {
 	Lo          uint64 `db:"lo"`
 	Hi          uint64 `db:"hi"`
 	LastUser    uint64 `db:"last_user"`
+	Epoch       int64  `db:"epoch"`
 	Token       uint64 `db:"-"`
 }
 
 var taskClaims = claimTable{
 	table: "fanout_tasks",
-	cols:  "content_id, seq, author_id, target, publish_time, kind, mode, retract, lo, hi, last_user",
+	cols:  "content_id, seq, author_id, target, publish_time, kind, mode, retract, lo, hi, last_user, epoch",
 	key:   []string{"content_id", "seq"},
 	ready: "done = 0",
 }
@@ -316,6 +321,10 @@ WHERE content_id = ? AND tasks_left = 1`
 
 const dropTasksSQL = `DELETE FROM fanout_tasks WHERE content_id = ?`
 
+// replanSQL sends a running delivery back to planning, its tasks dropped.
+const replanSQL = `UPDATE deliveries SET state = 0, delivered = 0, tasks_left = 0, claim_token = 0, claimed_until = 0
+WHERE content_id = ? AND state = 1`
+
 // BatchOptions tune one task batch.
 type BatchOptions struct {
 	Size        int   // followers per batch
@@ -341,7 +350,10 @@ type BatchResult struct {
 	Users    []uint64 // followers processed on the task's target
 	Written  int64    // inbox rows added or removed
 	TaskDone bool
-	mark     uint64 // the progress mark after the batch
+	// Replanned says the task was planned under another layout epoch: it
+	// wrote nothing and its delivery is planned again.
+	Replanned bool
+	mark      uint64 // the progress mark after the batch
 }
 
 // RunNextTask claims a ready fan-out task of the shard and runs its first
@@ -422,6 +434,20 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 // claimed is 1 when tx claimed the task (an attempt to count), else 0.
 func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task, opt BatchOptions, claimed int) (BatchResult, error) {
 	res := BatchResult{mark: t.LastUser}
+	if t.Epoch != s.Epoch() {
+		// The task names its target by another layout than the one in
+		// force, so its range may hold followers that moved: the whole
+		// delivery is planned again under this one (inbox writes are
+		// idempotent). A process that has not seen the new layout yet
+		// runs the task as planned; a database that gave the followers
+		// up refuses its writes (layout_fence), and it retries here.
+		res.TaskDone, res.Replanned = true, true
+		if _, err := tx.ExecContext(ctx, dropTasksSQL, t.ContentID); err != nil {
+			return res, err
+		}
+		_, err := tx.ExecContext(ctx, replanSQL, t.ContentID)
+		return res, err
+	}
 	target := s.byName[t.Target]
 	if target == nil {
 		return res, fmt.Errorf("task %d/%d targets database %q, which the shard map lacks", t.ContentID, t.Seq, t.Target)

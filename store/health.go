@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 )
@@ -94,13 +93,9 @@ func (sh *Shard) Probe(ctx context.Context, timeout time.Duration) (prev, cur He
 	if _, err := sh.pools[Writes].ExecContext(ctx, probeWriteSQL); err != nil {
 		return sh.health.set(Health{State: StateDown, Err: wrap("probe write", err)})
 	}
-	// feedd reshard moves rows with feedd stopped: a process that started
-	// before it marked the database must not write there meanwhile.
-	if target, err := ReshardUnderWay(ctx, sh.pools[Reads]); err != nil || target != "" {
-		if err == nil {
-			err = fmt.Errorf("store: a reshard to layout %q is under way", target)
-		}
-		return sh.health.set(Health{State: StateDown, Err: err})
+	// A cut-over of feedd reshard records the next layout epoch here.
+	if epoch, _, err := ReadLayout(ctx, sh.pools[Reads]); err == nil && sh.epochSeen != nil {
+		sh.epochSeen(epoch)
 	}
 	return sh.health.set(Health{State: StateUp})
 }

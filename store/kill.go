@@ -28,6 +28,7 @@ const killTimeout = 2 * time.Second
 type killConnector struct {
 	driver.Connector
 	killer *sql.DB
+	epochs epochSource
 }
 
 // rawConn is what the MySQL driver's connections implement and the pool
@@ -54,7 +55,7 @@ type rawStmt interface {
 
 // newKillConnector returns a connector for dsn whose statements are killed
 // on the server when their context ends.
-func newKillConnector(cfg *mysql.Config) (*killConnector, error) {
+func newKillConnector(cfg *mysql.Config, epochs epochSource) (*killConnector, error) {
 	cfg = cfg.Clone()
 	cfg.DialFunc = dialCaptured
 	c, err := mysql.NewConnector(cfg)
@@ -64,7 +65,7 @@ func newKillConnector(cfg *mysql.Config) (*killConnector, error) {
 	killer := sql.OpenDB(c)
 	killer.SetMaxOpenConns(2)
 	killer.SetMaxIdleConns(1)
-	return &killConnector{Connector: c, killer: killer}, nil
+	return &killConnector{Connector: c, killer: killer, epochs: epochs}, nil
 }
 
 // dialKey carries, in the context of Connect, where dialCaptured leaves the
@@ -103,7 +104,14 @@ func (k *killConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn.Close()
 		return nil, err
 	}
-	return &killConn{raw: raw, id: id, killer: k.killer, sock: sock}, nil
+	// The layout fence (layout_fence) compares this with the epoch a
+	// database takes writes under.
+	epoch := k.epochs.current()
+	if _, err := raw.ExecContext(ctx, "SET @feed_epoch = "+strconv.FormatInt(epoch, 10), nil); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &killConn{raw: raw, id: id, killer: k.killer, sock: sock, epoch: epoch, epochs: k.epochs}, nil
 }
 
 // Close closes the kill pool.
@@ -139,6 +147,21 @@ type killConn struct {
 	// sock is the connection's socket, closed under a COMMIT or ROLLBACK
 	// whose context ends, so that a server that hangs holds nobody.
 	sock net.Conn
+	// epoch is the layout epoch the connection writes under (@feed_epoch):
+	// once the store routes by a newer one the connection is not reused.
+	epoch  int64
+	epochs epochSource
+}
+
+// stale says whether the store routes by a newer epoch than the
+// connection writes under.
+func (c *killConn) stale() bool { return c.epoch != c.epochs.current() }
+
+// checkFenced tells the store of a write a layout fence refused.
+func (c *killConn) checkFenced(err error) {
+	if err != nil && fenced(err) {
+		c.epochs.fenced()
+	}
 }
 
 // watch sends KILL QUERY for this connection if ctx ends before the
@@ -165,7 +188,9 @@ func (c *killConn) watch(ctx context.Context) (stop func()) {
 
 func (c *killConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	defer c.watch(ctx)()
-	return c.raw.ExecContext(ctx, query, args)
+	r, err := c.raw.ExecContext(ctx, query, args)
+	c.checkFenced(err)
+	return r, err
 }
 
 // QueryContext watches the statement until its first result arrives, which
@@ -212,10 +237,12 @@ func (c *killConn) Close() error { return c.raw.Close() }
 
 func (c *killConn) Ping(ctx context.Context) error              { return c.raw.Ping(ctx) }
 func (c *killConn) CheckNamedValue(nv *driver.NamedValue) error { return c.raw.CheckNamedValue(nv) }
-func (c *killConn) IsValid() bool                               { return !c.killed.Load() && c.raw.IsValid() }
+func (c *killConn) IsValid() bool {
+	return !c.killed.Load() && !c.stale() && c.raw.IsValid()
+}
 
 func (c *killConn) ResetSession(ctx context.Context) error {
-	if c.killed.Load() {
+	if c.killed.Load() || c.stale() {
 		return driver.ErrBadConn
 	}
 	return c.raw.ResetSession(ctx)

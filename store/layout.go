@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,8 +27,9 @@ const recordLayoutSQL = `INSERT IGNORE INTO shard_map (epoch, layout, adopted_at
 // count, then each run of virtual shards with its database, e.g.
 // "1024 0-511=a 512-1023=b".
 func (s *Store) Layout() string {
-	names := make([]string, len(s.owner))
-	for v, sh := range s.owner {
+	owner := s.route().owner
+	names := make([]string, len(owner))
+	for v, sh := range owner {
 		names[v] = sh.Name
 	}
 	return FormatLayout(names)
@@ -75,23 +77,13 @@ func ParseLayout(layout string) ([]string, error) {
 }
 
 // CheckLayout compares the store's layout with the one in force on its
-// databases (the highest epoch any of them records). Databases that record
-// none adopt the store's at epoch 1 on a first start; a database that lacks
-// the epoch in force (one added empty, or one whose record a crash cut short)
-// gets it. A layout that differs is an error naming each run of virtual
-// shards it would move, and so is a reshard under way.
+// databases (the highest epoch any of them records) and routes by its
+// epoch. Databases that record none adopt the store's at epoch 1 on a first
+// start; a database that lacks the epoch in force (one added empty, or one
+// whose record a crash cut short) gets it. A layout that differs is an
+// error naming each run of virtual shards it would move.
 func (s *Store) CheckLayout(ctx context.Context) error {
 	mine := s.Layout()
-	for _, sh := range s.shards {
-		target, err := ReshardUnderWay(ctx, sh.DB)
-		if err != nil {
-			return fmt.Errorf("store: database %s: %w", sh.Name, err)
-		}
-		if target != "" {
-			return fmt.Errorf("sharding: a reshard to layout %q is under way (database %s records it): "+
-				"finish it with feedd reshard apply, or undo it with feedd reshard abort", target, sh.Name)
-		}
-	}
 	epoch, inForce, err := s.layoutInForce(ctx)
 	if err != nil {
 		return err
@@ -116,12 +108,17 @@ func (s *Store) CheckLayout(ctx context.Context) error {
 	}
 	// Two processes adopting different files at once: the first insert
 	// wins everywhere it landed; read the outcome back.
-	if e, got, err := s.layoutInForce(ctx); err != nil {
+	e, got, err := s.layoutInForce(ctx)
+	if err != nil {
 		return err
 	} else if e != 0 && got != mine { // 0: not migrated, so nothing recorded
 		return layoutMismatch(e, got, mine)
 	}
-	return nil
+	names, err := ParseLayout(mine)
+	if err != nil {
+		return err
+	}
+	return s.setRoute(max(e, epoch), names)
 }
 
 const (
@@ -151,9 +148,10 @@ func RecordIdentity(ctx context.Context, db sqlx.ExecerContext, name string) err
 
 // checkIdentities refuses DSNs that reach the wrong databases: one that
 // records another name, or, once the deployment has a layout (epoch > 0),
-// one that records no name and no layout (a new or empty database, which
-// holds none of the rows its virtual shards need). Then it records each
-// database's name.
+// one that owns virtual shards but records no name and no layout (a new or
+// empty database, which holds none of the rows its virtual shards need).
+// A database that owns none is one a reshard may move data to. Then it
+// records each database's name.
 func (s *Store) checkIdentities(ctx context.Context, epoch int64) error {
 	for _, sh := range s.shards {
 		name, err := ReadIdentity(ctx, sh.DB)
@@ -164,7 +162,7 @@ func (s *Store) checkIdentities(ctx context.Context, epoch int64) error {
 			return fmt.Errorf("sharding: the dsn of database %s reaches the database named %s: "+
 				"the file's DSNs and names must match the databases they name", sh.Name, name)
 		}
-		if name == "" && epoch > 0 {
+		if name == "" && epoch > 0 && s.owns(sh) {
 			if e, _, err := ReadLayout(ctx, sh.DB); err != nil {
 				return fmt.Errorf("store: database %s: %w", sh.Name, err)
 			} else if e == 0 {
@@ -179,6 +177,11 @@ func (s *Store) checkIdentities(ctx context.Context, epoch int64) error {
 		}
 	}
 	return nil
+}
+
+// owns says whether the store's layout places a virtual shard on sh.
+func (s *Store) owns(sh *Shard) bool {
+	return slices.Contains(s.route().owner, sh)
 }
 
 // layoutInForce reads the highest epoch recorded on any database (0 when
@@ -263,6 +266,7 @@ func layoutMismatch(epoch int64, inForce, want string) error {
 		first = last + 1
 	}
 	return fmt.Errorf("sharding: the file's layout differs from the one in force (epoch %d): %s; "+
-		"rows do not move by editing the file: put the ranges back, or move whole databases by changing only their dsn (docs/SHARDING.md)",
+		"rows do not move by editing the file: run feedd reshard plan and feedd reshard apply with this file to move them, "+
+		"or start with the file of the layout in force (docs/SHARDING.md)",
 		epoch, strings.Join(diffs, "; "))
 }

@@ -62,7 +62,7 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) error {
 // for tools that reach databases outside a Store, such as the new ones of
 // a reshard.
 func MigrateDatabase(ctx context.Context, name, dsn string, log *slog.Logger) error {
-	sh, err := openShard(name, DatabaseConfig{DSN: dsn, Connections: Connections{Read: 1, Write: 1, Workers: 2}})
+	sh, err := openShard(name, DatabaseConfig{DSN: dsn, Connections: Connections{Read: 1, Write: 1, Workers: 2}}, noEpochs)
 	if err != nil {
 		return fmt.Errorf("store: database %q: %w", name, err)
 	}

@@ -91,19 +91,11 @@ func LoadShardMap(path string) (*ShardMap, error) {
 	return ParseShardMap(b)
 }
 
-// ParseShardMap parses and validates sharding.yaml content.
+// ParseShardMap parses and validates sharding.yaml content. A database
+// may own no range: one a reshard is to move virtual shards to, or one it
+// emptied that still holds rows until cleanup. Running processes need
+// every database a reshard may route to listed.
 func ParseShardMap(b []byte) (*ShardMap, error) {
-	return parseShardMap(b, false)
-}
-
-// ParseReshardMap parses a map a reshard moves the data to. It may list
-// databases that own no range: those being emptied, whose rows move to the
-// others, and whose DSNs the reshard needs to read them.
-func ParseReshardMap(b []byte) (*ShardMap, error) {
-	return parseShardMap(b, true)
-}
-
-func parseShardMap(b []byte, emptyDatabases bool) (*ShardMap, error) {
 	var m ShardMap
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
@@ -114,7 +106,7 @@ func parseShardMap(b []byte, emptyDatabases bool) (*ShardMap, error) {
 		db.DSN = expandEnv(db.DSN)
 		m.Databases[name] = db
 	}
-	if _, err := m.assign(emptyDatabases); err != nil {
+	if _, err := m.Owners(); err != nil {
 		return nil, err
 	}
 	return &m, nil
@@ -130,15 +122,9 @@ func expandEnv(s string) string {
 	})
 }
 
-// assignments validates the map and returns the database name of every
+// Owners validates the map and returns the database name of every
 // virtual shard, indexed by virtual shard.
-func (m *ShardMap) assignments() ([]string, error) { return m.assign(false) }
-
-// Owners validates a reshard's map and returns the database name of every
-// virtual shard, indexed by virtual shard.
-func (m *ShardMap) Owners() ([]string, error) { return m.assign(true) }
-
-func (m *ShardMap) assign(emptyDatabases bool) ([]string, error) {
+func (m *ShardMap) Owners() ([]string, error) {
 	n := m.VirtualShards
 	if n < 1 || n > 1<<16 || bits.OnesCount(uint(n)) != 1 {
 		return nil, fmt.Errorf("sharding: virtual_shards must be a power of two in 1..65536, got %d", n)
@@ -155,7 +141,6 @@ func (m *ShardMap) assign(emptyDatabases bool) ([]string, error) {
 		}
 	}
 	owner := make([]string, n)
-	used := map[string]bool{}
 	for _, r := range m.Ranges {
 		first, last, err := parseRange(r.VShards)
 		if err != nil {
@@ -173,15 +158,9 @@ func (m *ShardMap) assign(emptyDatabases bool) ([]string, error) {
 			}
 			owner[v] = r.Database
 		}
-		used[r.Database] = true
 	}
 	if i := slices.Index(owner, ""); i >= 0 {
 		return nil, fmt.Errorf("sharding: virtual shard %d is in no range", i)
-	}
-	for name := range m.Databases {
-		if !used[name] && !emptyDatabases {
-			return nil, fmt.Errorf("sharding: database %q owns no range", name)
-		}
 	}
 	return owner, nil
 }

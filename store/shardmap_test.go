@@ -84,14 +84,6 @@ ranges:
 			wantErr: `unknown database "b"`,
 		},
 		{
-			name: "unused database",
-			yaml: `
-virtual_shards: 2
-databases: {a: {dsn: x}, spare: {dsn: y}}
-ranges: [{vshards: "0-1", database: a}]`,
-			wantErr: `database "spare" owns no range`,
-		},
-		{
 			name: "database without dsn",
 			yaml: `
 virtual_shards: 2

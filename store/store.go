@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -41,26 +42,33 @@ type Shard struct {
 	pullHints pullHints
 
 	health shardHealth
+	// epochSeen is told the layout epoch each probe reads (Store.epochSeen).
+	epochSeen func(int64)
 }
 
 // Store routes ids to shards and runs the SQL.
 type Store struct {
 	shards []*Shard // sorted by name
-	owner  []*Shard // indexed by virtual shard
 	byName map[string]*Shard
+
+	routes    atomic.Pointer[routing]
+	refreshMu sync.Mutex    // one Refresh at a time
+	stale     chan struct{} // see Stale
 }
 
 // Open connects to every database of the map. It does not ping: use
 // CheckHealth (readiness) or Migrate to check the servers.
 func Open(m *ShardMap) (*Store, error) {
-	names, err := m.assignments()
+	names, err := m.Owners()
 	if err != nil {
 		return nil, err
 	}
 	byName := map[string]*Shard{}
-	s := &Store{owner: make([]*Shard, len(names)), byName: byName}
+	s := &Store{byName: byName, stale: make(chan struct{}, 1)}
+	s.routes.Store(&routing{})
+	epochs := epochSource{current: s.Epoch, fenced: s.wake}
 	for name, cfg := range m.Databases {
-		sh, err := openShard(name, cfg)
+		sh, err := openShard(name, cfg, epochs)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("store: database %q: %w", name, err)
@@ -69,20 +77,26 @@ func Open(m *ShardMap) (*Store, error) {
 		s.shards = append(s.shards, sh)
 	}
 	slices.SortFunc(s.shards, func(a, b *Shard) int { return strings.Compare(a.Name, b.Name) })
-	for v, name := range names {
-		s.owner[v] = byName[name]
+	for _, sh := range s.shards {
+		sh.epochSeen = s.epochSeen
 	}
+	owner := make([]*Shard, len(names))
+	for v, name := range names {
+		owner[v] = byName[name]
+	}
+	s.routes.Store(&routing{owner: owner})
 	return s, nil
 }
 
 // openShard opens a shard's pools, one per Class, whose statements are
-// killed on the server when their context ends (killConnector).
-func openShard(name string, cfg DatabaseConfig) (*Shard, error) {
+// killed on the server when their context ends (killConnector) and whose
+// connections write under the store's layout epoch.
+func openShard(name string, cfg DatabaseConfig, epochs epochSource) (*Shard, error) {
 	mc, err := parseDSN(cfg.DSN)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := newKillConnector(mc)
+	conn, err := newKillConnector(mc, epochs)
 	if err != nil {
 		return nil, err
 	}
@@ -146,7 +160,8 @@ func (s *Store) ShardOf(id uint64) *Shard {
 	if len(s.shards) == 1 {
 		return s.shards[0]
 	}
-	return s.owner[VirtualShard(id, len(s.owner))]
+	owner := s.route().owner
+	return owner[VirtualShard(id, len(owner))]
 }
 
 // groupByShard splits ids by the shard that owns them, keeping their order.
@@ -245,6 +260,9 @@ func classify(err error) error {
 		return nil
 	}
 	var ne net.Error
+	if fenced(err) {
+		return errors.Join(errFenced, err)
+	}
 	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
 		errors.Is(err, sql.ErrConnDone) || errors.As(err, &ne) {
 		return errors.Join(feed.Errorf(feed.EUNAVAILABLE, "database unavailable"), err)

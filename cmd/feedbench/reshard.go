@@ -118,16 +118,14 @@ func (b *bench) resharding(ctx context.Context) (err error) {
 	tally := &progressTally{steps: map[string]*stepResult{}, last: map[string]time.Time{}}
 	r, err := reshard.Open(ctx, m, reshard.Options{
 		Progress: tally.add,
-		// Nothing probes these databases: feedd is not running.
-		IdleFor: time.Millisecond,
-		Log:     slog.New(slog.DiscardHandler),
+		Log:      slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		return err
 	}
 	defer r.Close()
 	start = time.Now()
-	if err := r.Apply(ctx); err != nil {
+	if err := r.Apply(ctx, nil); err != nil {
 		return err
 	}
 	end := time.Now()
@@ -176,7 +174,7 @@ func reshardMap(mainDSN, secondDSN string) (*store.ShardMap, error) {
 	if err != nil {
 		return nil, err
 	}
-	return store.ParseReshardMap(y)
+	return store.ParseShardMap(y)
 }
 
 const (

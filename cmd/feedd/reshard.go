@@ -19,7 +19,7 @@ import (
 const reshardUsage = `usage: feedd reshard <plan|apply|status|abort|cleanup> --sharding FILE [flags]
 
   plan     what would move: ranges, rows per table, an estimate of the time
-  apply    move the data (every feedd process stopped), verify it, cut over
+  apply    move the data while feedd serves, verify it, cut over
   status   the layout in force, its epoch, and a reshard under way
   abort    undo a reshard that has not cut over
   cleanup  delete moved rows from the databases they left
@@ -34,7 +34,6 @@ type reshardConfig struct {
 	Batch    int
 	Throttle time.Duration
 	Progress bool
-	IdleFor  time.Duration
 }
 
 func (c *reshardConfig) parse(args []string, stderr io.Writer) error {
@@ -50,7 +49,6 @@ func (c *reshardConfig) parse(args []string, stderr io.Writer) error {
 	fs.IntVar(&c.Batch, "batch-size", 1000, "rows per statement")
 	fs.DurationVar(&c.Throttle, "throttle", 0, "pause after each batch, to spare a busy server")
 	fs.BoolVar(&c.Progress, "progress", true, "draw a progress bar on stderr")
-	fs.DurationVar(&c.IdleFor, "idle-for", 5*time.Second, "apply: how long no feedd process may have probed a database (feedd must be stopped)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -73,7 +71,7 @@ func runReshard(ctx context.Context, c reshardConfig, w io.Writer) error {
 		return err
 	}
 	bar := newRowBar(w, c.Progress)
-	opt := reshard.Options{BatchSize: c.Batch, Throttle: c.Throttle, Progress: bar.report, IdleFor: c.IdleFor}
+	opt := reshard.Options{BatchSize: c.Batch, Throttle: c.Throttle, Progress: bar.report}
 	r, err := reshard.Open(ctx, m, opt)
 	if err != nil {
 		return err
@@ -86,8 +84,13 @@ func runReshard(ctx context.Context, c reshardConfig, w io.Writer) error {
 			return err
 		}
 		fmt.Fprintf(w, "layout in force (epoch %d): %s\n", st.Epoch, st.InForce)
-		for db, layout := range st.UnderWay {
-			fmt.Fprintf(w, "reshard under way (marked on %s): to %s\n", db, layout)
+		for _, db := range slices.Sorted(maps.Keys(st.UnderWay)) {
+			u := st.UnderWay[db]
+			fmt.Fprintf(w, "reshard under way (marked on %s): to %s", db, u.Layout)
+			if u.Phase != "" {
+				fmt.Fprintf(w, "; %s gives virtual shards up, phase %s, %d captured writes to apply", db, u.Phase, u.Backlog)
+			}
+			fmt.Fprintln(w)
 		}
 		printMoves(w, "to move to the file's layout", st.Moves)
 		return nil
@@ -117,7 +120,11 @@ func runReshard(ctx context.Context, c reshardConfig, w io.Writer) error {
 	case "apply":
 		printMoves(w, "moves", r.Moves)
 		start := time.Now()
-		err := r.Apply(ctx)
+		err := r.Apply(ctx, func(rep reshard.Report) {
+			bar.finish()
+			fmt.Fprintf(w, "cut over %s: epoch %d, writes on %s paused %s, %d rows caught up in the pause\n",
+				rep.Source, rep.Epoch, rep.Source, rep.Pause.Round(time.Millisecond), rep.Caught)
+		})
 		bar.finish()
 		if err != nil {
 			return err
@@ -147,7 +154,7 @@ func loadReshardMap(path string) (*store.ShardMap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sharding: %w", err)
 	}
-	return store.ParseReshardMap(b)
+	return store.ParseShardMap(b)
 }
 
 func printMoves(w io.Writer, title string, moves []reshard.Move) {

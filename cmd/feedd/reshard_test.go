@@ -1,16 +1,22 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,12 +27,18 @@ import (
 )
 
 // TestReshard moves data one database → two → three → back to two with
-// feedd reshard, a kill of apply along the way, and checks after each move
-// that every feed, list and post reads as before, that new writes land
-// right, and that cleanup leaves each database only its own rows.
+// feedd reshard while a feedd process serves a continuous load of
+// publishes, deletes, follows, unfollows and feed reads, and kills apply
+// part-way once. After each move every feed equals a brute-force sort of
+// the acknowledged writes, every acknowledged post is there once, no
+// request failed other than with 503, a process started with the old map
+// refuses to start, and cleanup leaves each database only its own rows.
 func TestReshard(t *testing.T) {
 	t.Parallel()
-	dsn := map[string]string{"a": storetest.DatabaseDSN(t), "b": storetest.DatabaseDSN(t), "c": storetest.DatabaseDSN(t)}
+	dsn := map[string]string{}
+	for _, name := range []string{"a", "b", "c"} {
+		dsn[name] = storetest.StartServer(t).DSN + "feed"
+	}
 	dir := t.TempDir()
 	writeMap := func(name string, ranges map[string]string, empty ...string) string {
 		var b strings.Builder
@@ -44,117 +56,280 @@ func TestReshard(t *testing.T) {
 		must(t, os.WriteFile(path, []byte(b.String()), 0o600))
 		return path
 	}
-	one := writeMap("one.yaml", map[string]string{"a": "0-1023"})
-	two := writeMap("two.yaml", map[string]string{"a": "0-511", "b": "512-1023"})
+	// The serving process knows every database from the start.
+	one := writeMap("one.yaml", map[string]string{"a": "0-1023"}, "b", "c")
+	two := writeMap("two.yaml", map[string]string{"a": "0-511", "b": "512-1023"}, "c")
 	three := writeMap("three.yaml", map[string]string{"a": "0-511", "b": "512-767", "c": "768-1023"})
 	merge := writeMap("merge.yaml", map[string]string{"a": "0-511", "b": "512-1023"}, "c")
 
-	users, authors := make([]uint64, 40), make([]uint64, 8)
-	for i := range users {
-		users[i] = uint64(1000 + 37*i)
-	}
-	for i := range authors {
-		authors[i] = uint64(5000 + 101*i)
-	}
 	ctx := t.Context()
-	serve := func(path string) (*Main, *client.Client) {
-		t.Helper()
-		m, _ := startMain(t, "serve", "--sharding", path, "--http-addr", "127.0.0.1:0", "--poll-interval", "20ms",
-			"--lease", "2s", "--probe-interval", "50ms")
-		return m, client.New("http://"+m.Addr(), "", &http.Client{Timeout: 20 * time.Second})
-	}
-	stop := func(m *Main) {
-		t.Helper()
-		must(t, m.Close())
-		time.Sleep(300 * time.Millisecond) // the last probe is older than reshard's idle check
-	}
+	m, _ := startMain(t, "serve", "--sharding", one, "--http-addr", "127.0.0.1:0", "--poll-interval", "20ms",
+		"--lease", "2s", "--probe-interval", "100ms")
+	c := client.New("http://"+m.Addr(), "", &http.Client{Timeout: 20 * time.Second})
 	reshardCmd := func(step, path string) error {
 		m := NewMain()
 		m.Stderr = &syncBuffer{}
-		must(t, m.ParseFlags([]string{"reshard", step, "--sharding", path, "--progress=false", "--batch-size", "50", "--idle-for", "200ms"}))
+		must(t, m.ParseFlags([]string{"reshard", step, "--sharding", path, "--progress=false", "--batch-size", "50"}))
 		err := m.Run(ctx)
 		if err != nil {
 			t.Logf("reshard %s: %v\n%s", step, err, m.Stderr.(*syncBuffer).String())
 		}
 		return err
 	}
-	var next int64
-	publish := func(c *client.Client, author uint64) {
-		next++
-		if _, _, err := c.Publish(ctx, author, client.PublishRequest{PublishTime: 1_700_000_000_000 + next}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	// The data: follows, posts, a deleted post, all delivered.
-	m, c := serve(one)
-	for i, u := range users {
-		for k := range 3 {
-			must(t, c.Follow(ctx, u, authors[(i+k)%len(authors)]))
-		}
-	}
-	for range 4 {
-		for _, a := range authors {
-			publish(c, a)
-		}
-	}
-	page, err := c.Posts(ctx, authors[0], 1, "")
-	must(t, err)
-	must(t, c.DeletePost(ctx, authors[0], parseID(t, page.Items[0].ContentID)))
-	settle(t, dsn)
-	want := snapshot(t, c, users, authors)
-	stop(m)
-
-	check := func(path string) {
+	w := newWorkload(c, 24, 6)
+	w.seed(t)
+	moveUnderLoad := func(path string, during func()) {
 		t.Helper()
-		m, c := serve(path)
-		if got := snapshot(t, c, users, authors); !maps.EqualFunc(got, want, slices.Equal) {
-			for k, v := range want {
-				if !slices.Equal(got[k], v) {
-					t.Errorf("%s: %v, want %v", k, got[k], v)
-				}
-			}
-			t.Fatalf("after the move to %s the API reads differently", filepath.Base(path))
+		stop := w.run(ctx, 3)
+		during()
+		time.Sleep(200 * time.Millisecond) // writes after the cut-over too
+		if err := stop(); err != nil {
+			t.Fatalf("load during the move to %s: %v", filepath.Base(path), err)
 		}
-		// New writes land where the new layout says, and read back.
-		publish(c, authors[1])
-		must(t, c.Follow(ctx, users[0], authors[7]))
 		settle(t, dsn)
-		want = snapshot(t, c, users, authors)
-		stop(m)
+		w.check(t)
+		must(t, reshardCmd("cleanup", path))
+		wantOnly(t, dsn, path)
+		w.check(t)
 	}
 
 	// One → two, with apply killed part-way and run again.
-	if err := reshardCmd("plan", two); err != nil {
-		t.Fatal(err)
-	}
+	must(t, reshardCmd("plan", two))
 	bin := feeddBinary(t)
-	p := startFeedd(t, bin, "reshard apply", "reshard", "apply", "--sharding", two, "--batch-size", "5", "--throttle", "2ms", "--idle-for", "200ms")
-	waitFor(t, "apply copying", func() bool { return regexp.MustCompile(`copy +inbox`).MatchString(p.out.String()) })
-	p.kill()
-	if _, err := startMainErr(t, "serve", "--sharding", two); err == nil || !strings.Contains(err.Error(), "under way") {
-		t.Fatalf("serve during a reshard: %v, want a refusal", err)
+	moveUnderLoad(two, func() {
+		p := startFeedd(t, bin, "reshard apply", "reshard", "apply", "--sharding", two, "--batch-size", "5", "--throttle", "2ms")
+		waitFor(t, "apply copying", func() bool { return regexp.MustCompile(`copy +deliveries`).MatchString(p.out.String()) })
+		p.kill()
+		must(t, reshardCmd("apply", two))
+	})
+	if _, err := startMainErr(t, "serve", "--sharding", one); err == nil || !strings.Contains(err.Error(), "feedd reshard") {
+		t.Fatalf("serve with the old map after the cut-over: %v, want a refusal", err)
 	}
-	must(t, reshardCmd("apply", two))
-	if _, err := startMainErr(t, "serve", "--sharding", one); err == nil {
-		t.Fatal("serve with the old map after the cut-over started")
+	// Two → three, then three → two: c is emptied into b.
+	moveUnderLoad(three, func() { must(t, reshardCmd("apply", three)) })
+	moveUnderLoad(merge, func() { must(t, reshardCmd("apply", merge)) })
+}
+
+// workload drives a feedd process with publishes, deletes, follows,
+// unfollows and feed reads, retrying each write that gets 503 until it is
+// acknowledged, and keeps the acknowledged state to check feeds against.
+type workload struct {
+	c       *client.Client
+	users   []uint64
+	authors []uint64
+
+	mu      sync.Mutex
+	follows map[[2]uint64]bool // user, author → following
+	posts   map[uint64]loadPost
+	nextID  atomic.Uint64
+}
+
+type loadPost struct {
+	author, time uint64
+	deleted      bool
+}
+
+func newWorkload(c *client.Client, users, authors int) *workload {
+	w := &workload{c: c, follows: map[[2]uint64]bool{}, posts: map[uint64]loadPost{}}
+	for i := range users {
+		w.users = append(w.users, uint64(1000+37*i))
 	}
-	check(two)
-	must(t, reshardCmd("cleanup", two))
-	wantOnly(t, dsn, two)
-	check(two)
+	for i := range authors {
+		w.authors = append(w.authors, uint64(5000+101*i))
+	}
+	w.nextID.Store(1 << 40)
+	return w
+}
 
-	// Two → three.
-	must(t, reshardCmd("apply", three))
-	check(three)
-	must(t, reshardCmd("cleanup", three))
-	wantOnly(t, dsn, three)
+// retry runs op until it succeeds; a 503 is retried, any other error
+// returned.
+func retry(ctx context.Context, op func() error) error {
+	for {
+		err := op()
+		var apiErr *client.Error
+		if err == nil || !errors.As(err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
-	// Three → two: c is emptied into b.
-	must(t, reshardCmd("apply", merge))
-	check(two)
-	must(t, reshardCmd("cleanup", merge))
-	wantOnly(t, dsn, two)
+func (w *workload) follow(ctx context.Context, u, a uint64, on bool) error {
+	err := retry(ctx, func() error {
+		if on {
+			return w.c.Follow(ctx, u, a)
+		}
+		return w.c.Unfollow(ctx, u, a)
+	})
+	if err == nil {
+		w.mu.Lock()
+		w.follows[[2]uint64{u, a}] = on
+		w.mu.Unlock()
+	}
+	return err
+}
+
+func (w *workload) publish(ctx context.Context, a uint64) (uint64, error) {
+	id := w.nextID.Add(1)
+	err := retry(ctx, func() error {
+		_, _, err := w.c.Publish(ctx, a, client.PublishRequest{ContentID: strconv.FormatUint(id, 10), PublishTime: 1_700_000_000_000 + int64(id%5000)})
+		return err
+	})
+	if err == nil {
+		w.mu.Lock()
+		w.posts[id] = loadPost{author: a, time: id % 5000}
+		w.mu.Unlock()
+	}
+	return id, err
+}
+
+func (w *workload) delete(ctx context.Context, id uint64) error {
+	w.mu.Lock()
+	p := w.posts[id]
+	w.mu.Unlock()
+	err := retry(ctx, func() error { return w.c.DeletePost(ctx, p.author, id) })
+	if err == nil {
+		w.mu.Lock()
+		p.deleted = true
+		w.posts[id] = p
+		w.mu.Unlock()
+	}
+	return err
+}
+
+// seed gives every user three authors and every author four posts.
+func (w *workload) seed(t *testing.T) {
+	ctx := t.Context()
+	for i, u := range w.users {
+		for k := range 3 {
+			must(t, w.follow(ctx, u, w.authors[(i+k)%len(w.authors)], true))
+		}
+	}
+	for range 4 {
+		for _, a := range w.authors {
+			_, err := w.publish(ctx, a)
+			must(t, err)
+		}
+	}
+}
+
+// run starts n writers, each on its own users (so its follow operations
+// are ordered) and its own authors' posts, and a reader; stop ends them
+// and returns the first error other than a retried 503.
+func (w *workload) run(ctx context.Context, n int) (stop func() error) {
+	// Operations in flight finish: one cut off would leave the model
+	// unsure whether it happened.
+	var stopping atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, n+1)
+	for i := range n {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano())))
+			var mine []uint64 // posts of this writer
+			for !stopping.Load() {
+				var err error
+				switch op := rng.IntN(10); {
+				case op < 4:
+					u := w.users[i+n*rng.IntN(len(w.users)/n)]
+					a := w.authors[rng.IntN(len(w.authors))]
+					err = w.follow(ctx, u, a, op < 3)
+				case op < 8:
+					var id uint64
+					if id, err = w.publish(ctx, w.authors[i+n*rng.IntN(len(w.authors)/n)]); err == nil {
+						mine = append(mine, id)
+					}
+				case len(mine) > 0:
+					k := rng.IntN(len(mine))
+					err = w.delete(ctx, mine[k])
+					mine = slices.Delete(mine, k, k+1)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				time.Sleep(5 * time.Millisecond) // a load, not a flood
+			}
+		})
+	}
+	wg.Go(func() {
+		for !stopping.Load() {
+			u := w.users[rand.IntN(len(w.users))]
+			err := retry(ctx, func() error { _, err := w.c.Feed(ctx, u, 20, ""); return err })
+			if err != nil {
+				errs <- fmt.Errorf("feed of %d: %w", u, err)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	return func() error {
+		stopping.Store(true)
+		wg.Wait()
+		close(errs)
+		return <-errs
+	}
+}
+
+// check compares every feed with a brute-force sort of the acknowledged
+// posts of the authors its user follows, and every author's posts with
+// the acknowledged ones.
+func (w *workload) check(t *testing.T) {
+	t.Helper()
+	ctx := t.Context()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	type entry struct{ id, time uint64 }
+	byAuthor := map[uint64][]entry{}
+	for id, p := range w.posts {
+		if !p.deleted {
+			byAuthor[p.author] = append(byAuthor[p.author], entry{id, p.time})
+		}
+	}
+	newest := func(es []entry) []string {
+		slices.SortFunc(es, func(a, b entry) int {
+			if a.time != b.time {
+				return cmp.Compare(b.time, a.time)
+			}
+			return cmp.Compare(b.id, a.id)
+		})
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = strconv.FormatUint(e.id, 10)
+		}
+		return out
+	}
+	read := func(fetch func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error)) []string {
+		var ids []string
+		for p, err := range client.All(ctx, 7, fetch) {
+			must(t, err)
+			ids = append(ids, p.ContentID)
+		}
+		return ids
+	}
+	for _, a := range w.authors {
+		want := newest(slices.Clone(byAuthor[a]))
+		if got := read(func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
+			return w.c.Posts(ctx, a, limit, cursor)
+		}); !slices.Equal(got, want) {
+			t.Errorf("posts of %d: %v, want %v", a, got, want)
+		}
+	}
+	for _, u := range w.users {
+		var es []entry
+		for _, a := range w.authors {
+			if w.follows[[2]uint64{u, a}] {
+				es = append(es, byAuthor[a]...)
+			}
+		}
+		want := newest(es)
+		var got []string
+		waitFor(t, fmt.Sprintf("the feed of %d", u), func() bool {
+			got = read(func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
+				return w.c.Feed(ctx, u, limit, cursor)
+			})
+			return slices.Equal(got, want)
+		})
+	}
 }
 
 // TestReshardAbort copies part of a move and aborts it: the new database
@@ -173,10 +348,9 @@ func TestReshardAbort(t *testing.T) {
 		must(t, c.Follow(t.Context(), u, 999))
 	}
 	must(t, m.Close())
-	time.Sleep(300 * time.Millisecond)
 
 	bin := feeddBinary(t)
-	p := startFeedd(t, bin, "reshard apply", "reshard", "apply", "--sharding", two, "--batch-size", "2", "--throttle", "5ms", "--idle-for", "200ms")
+	p := startFeedd(t, bin, "reshard apply", "reshard", "apply", "--sharding", two, "--batch-size", "2", "--throttle", "5ms")
 	waitFor(t, "apply copying", func() bool { return regexp.MustCompile(`copy +following`).MatchString(p.out.String()) })
 	p.kill()
 	runFeedd(t, bin, "reshard", "abort", "--sharding", two, "--progress=false")

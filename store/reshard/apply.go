@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -93,98 +96,77 @@ func (r *Reshard) sources() []string {
 	return out
 }
 
-// Fan-outs in flight are planned again: their tasks name target databases
-// by the old layout, so a task could miss followers who moved or name a
-// database the new map drops. Planned afresh under the new layout, a push
-// writes each inbox once (the writes are idempotent) and a retraction
-// sweeps every database.
 const (
-	dropAllTasksSQL  = `DELETE FROM fanout_tasks`
-	replanRunningSQL = `UPDATE deliveries SET state = 0, delivered = 0, tasks_left = 0, claim_token = 0, claimed_until = 0 WHERE state = 1`
+	markSQL    = `INSERT INTO reshard (id, layout, started_at) VALUES (0, ?, ?) ON DUPLICATE KEY UPDATE id = id`
+	unmarkSQL  = `DELETE FROM reshard WHERE id = 0`
+	phaseSQL   = `UPDATE reshard SET phase = ? WHERE id = 0`
+	captureOff = `UPDATE layout_fence SET capture = 0 WHERE id = 0`
 )
 
-// replanFanouts sends every running delivery back to planning, on every
-// database, sources and targets alike, so the digests still agree.
-func (r *Reshard) replanFanouts(ctx context.Context) error {
+// Report tells what a cut-over did.
+type Report struct {
+	Source string
+	Moves  []Move
+	Epoch  int64         // the epoch it recorded
+	Pause  time.Duration // writes on the source waited this long at most
+	Caught int           // rows applied from the change logs during the pause
+}
+
+// Apply moves the data while feedd serves: for each database that gives
+// virtual shards up, in turn, it captures the writes on it and on the
+// databases receiving them, copies the rows of the moving virtual shards,
+// applies the captured writes until they are few, verifies every moved
+// table per virtual shard, and cuts over: writes on the source pause, the
+// last captured writes are applied, and the layout with those virtual
+// shards moved is recorded with the next epoch, which running feedd
+// processes route by from then on. The rows stay on the source until
+// Cleanup. Run again after a crash, Apply goes on from where the layout in
+// force and the logs are. report, if set, is called after each cut-over.
+func (r *Reshard) Apply(ctx context.Context, report func(Report)) error {
+	target := r.Target()
+	if err := r.mark(ctx, target); err != nil {
+		return err
+	}
+	// A run cut short right after a cut-over recorded the epoch on the
+	// source only.
+	if err := r.recordEverywhere(ctx); err != nil {
+		return err
+	}
+	for len(r.Moves) > 0 {
+		step := r.stepFrom(r.Moves[0].From)
+		rep, err := step.move(ctx)
+		if err != nil {
+			return err
+		}
+		r.epoch, r.inForce = rep.Epoch, slices.Clone(step.target)
+		r.Moves = moves(r.inForce, r.target)
+		if err := r.recordEverywhere(ctx); err != nil {
+			return err
+		}
+		if report != nil {
+			report(rep)
+		}
+	}
 	for _, name := range r.names {
-		for _, q := range []string{dropAllTasksSQL, replanRunningSQL} {
+		for _, q := range []string{captureOff, clearChangesSQL, unmarkSQL} {
 			if _, err := r.dbs[name].ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("reshard: database %s: replan fan-outs: %w", name, err)
+				return fmt.Errorf("reshard: database %s: %w", name, err)
 			}
 		}
 	}
 	return nil
 }
 
-const (
-	sinceProbeSQL = `SELECT ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000) - COALESCE(MAX(probed_at), 0) FROM health`
-	markSQL       = `INSERT INTO reshard (id, layout, started_at) VALUES (0, ?, ?) ON DUPLICATE KEY UPDATE id = id`
-	unmarkSQL     = `DELETE FROM reshard WHERE id = 0`
-)
-
-// Apply moves the data: it marks every database (feedd refuses to start
-// while a reshard is under way), copies the rows of moving virtual shards
-// to their new databases, verifies every moved table per virtual shard,
-// then records the new layout with the next epoch and removes the marks.
-// The rows stay on their old databases until Cleanup. Run again after a
-// crash, Apply finishes the job. feedd must be stopped: Apply refuses to
-// start while any process probes a database.
-func (r *Reshard) Apply(ctx context.Context) error {
-	target := r.Target()
-	if err := r.mark(ctx, target); err != nil {
-		return err
-	}
-	if len(r.Moves) > 0 {
-		if err := r.copy(ctx); err != nil {
-			return err
-		}
-		if err := r.Verify(ctx); err != nil {
-			return err
-		}
-		if err := r.replanFanouts(ctx); err != nil {
-			return err
-		}
-	}
-	// The cut-over: the next epoch on every database, then the marks
-	// go. A crash in between leaves the new epoch in force somewhere and
-	// the marks in place; Apply run again finds nothing to move and ends
-	// here.
-	epoch := r.epoch
-	if len(r.Moves) > 0 {
-		epoch++
-	}
-	for _, name := range r.names {
-		if err := store.RecordLayout(ctx, r.dbs[name], epoch, target); err != nil {
-			return fmt.Errorf("reshard: database %s: record the layout: %w", name, err)
-		}
-	}
-	for _, name := range r.names {
-		if _, err := r.dbs[name].ExecContext(ctx, unmarkSQL); err != nil {
-			return fmt.Errorf("reshard: database %s: %w", name, err)
-		}
-	}
-	r.epoch, r.inForce, r.Moves = epoch, slices.Clone(r.target), nil
-	return nil
-}
-
-// mark checks that feedd is stopped and no other reshard is under way,
-// then records this one on every database.
+// mark refuses a reshard while another to a different layout is under
+// way, then records this one on every database.
 func (r *Reshard) mark(ctx context.Context, target string) error {
 	for _, name := range r.names {
-		db := r.dbs[name]
-		under, err := store.ReshardUnderWay(ctx, db)
+		under, err := store.ReshardUnderWay(ctx, r.dbs[name])
 		if err != nil {
 			return fmt.Errorf("reshard: database %s: %w", name, err)
 		}
 		if under != "" && under != target {
 			return fmt.Errorf("reshard: database %s records a reshard to %q under way; apply or abort it with its own map", name, under)
-		}
-		var sinceMs int64
-		if err := db.GetContext(ctx, &sinceMs, sinceProbeSQL); err != nil {
-			return fmt.Errorf("reshard: database %s: %w", name, err)
-		}
-		if ago := time.Duration(sinceMs) * time.Millisecond; ago < r.opt.IdleFor {
-			return fmt.Errorf("reshard: a feedd process probed database %s %s ago: stop every feedd process first", name, ago.Round(time.Millisecond))
 		}
 	}
 	now := time.Now().UnixMilli()
@@ -195,6 +177,260 @@ func (r *Reshard) mark(ctx context.Context, target string) error {
 		// A database new to the deployment takes its name now.
 		if err := store.RecordIdentity(ctx, r.dbs[name], name); err != nil {
 			return fmt.Errorf("reshard: database %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// recordEverywhere records the layout in force on every database.
+func (r *Reshard) recordEverywhere(ctx context.Context) error {
+	for _, name := range r.names {
+		if err := store.RecordLayout(ctx, r.dbs[name], r.epoch, r.LayoutInForce()); err != nil {
+			return fmt.Errorf("reshard: database %s: record the layout: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// stepFrom is the part of the reshard that one source gives up: the same
+// databases, with a target layout that moves only its virtual shards.
+func (r *Reshard) stepFrom(src string) *Reshard {
+	st := *r
+	st.target = slices.Clone(r.inForce)
+	for v := range st.target {
+		if r.inForce[v] == src {
+			st.target[v] = r.target[v]
+		}
+	}
+	st.Moves = moves(st.inForce, st.target)
+	return &st
+}
+
+// catchUpRounds bounds the passes over the change logs before verifying:
+// a database written faster than the logs are applied never gets to few.
+const catchUpRounds = 20
+
+// move runs one step: one source's virtual shards to their targets.
+func (r *Reshard) move(ctx context.Context) (Report, error) {
+	src := r.Moves[0].From
+	rep := Report{Source: src, Moves: r.Moves, Epoch: r.epoch + 1}
+	dbs := []string{src}
+	for _, m := range r.Moves {
+		if !slices.Contains(dbs, m.To) {
+			dbs = append(dbs, m.To)
+		}
+	}
+	tables, err := describe(ctx, r.dbs[src])
+	if err != nil {
+		return rep, fmt.Errorf("reshard: database %s: %w", src, err)
+	}
+	byName := map[string]table{}
+	for _, t := range tables {
+		byName[t.name] = t
+	}
+	setPhase := func(phase string) error {
+		_, err := r.dbs[src].ExecContext(ctx, phaseSQL, phase)
+		return err
+	}
+	if err := setPhase("copy"); err != nil {
+		return rep, err
+	}
+	for _, name := range dbs {
+		if err := r.startCapture(ctx, name); err != nil {
+			return rep, err
+		}
+	}
+	if err := r.copy(ctx); err != nil {
+		return rep, err
+	}
+	if err := setPhase("catch-up"); err != nil {
+		return rep, err
+	}
+	for range catchUpRounds {
+		d := drained{touched: map[int]bool{}}
+		if err := r.drainAll(ctx, dbs, byName, &d); err != nil {
+			return rep, err
+		}
+		r.report(Progress{Step: "catch-up", Table: "changes", Rows: int64(d.applied), Moved: int64(d.applied)})
+		if d.applied < r.opt.BatchSize {
+			break
+		}
+	}
+	if err := setPhase("verify"); err != nil {
+		return rep, err
+	}
+	if err := r.verifyOnline(ctx, dbs, byName); err != nil {
+		return rep, err
+	}
+	if err := setPhase("cut-over"); err != nil {
+		return rep, err
+	}
+	// A writer waiting for the fence while holding a lock the cut-over
+	// needs is a deadlock InnoDB breaks by rolling one side back.
+	err = retryLocked(ctx, func() error {
+		var err error
+		rep, err = r.cutOver(ctx, src, dbs, byName, rep)
+		return err
+	})
+	return rep, err
+}
+
+// drainAll runs one catch-up pass on each database.
+func (r *Reshard) drainAll(ctx context.Context, dbs []string, tables map[string]table, d *drained) error {
+	for _, name := range dbs {
+		if err := r.drain(ctx, name, tables, false, d); err != nil {
+			return fmt.Errorf("reshard: database %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// verifyRounds bounds the verifications before a cut-over. A virtual
+// shard that differs is accepted only if a write to it was captured
+// meanwhile; the cut-over applies it with writes held.
+const verifyRounds = 3
+
+// verifyOnline compares every moved table per virtual shard while writes
+// go on. A difference in a virtual shard no captured write touched between
+// the reads and the next pass over the logs is a real one: MismatchError.
+func (r *Reshard) verifyOnline(ctx context.Context, dbs []string, tables map[string]table) error {
+	for round := 1; ; round++ {
+		before := drained{touched: map[int]bool{}}
+		if err := r.drainAll(ctx, dbs, tables, &before); err != nil {
+			return err
+		}
+		err := r.Verify(ctx)
+		var bad MismatchError
+		if err == nil || !errors.As(err, &bad) {
+			return err
+		}
+		after := drained{touched: map[int]bool{}}
+		if err := r.drainAll(ctx, dbs, tables, &after); err != nil {
+			return err
+		}
+		var real MismatchError
+		for _, m := range bad {
+			if !after.touched[m.VShard] {
+				real = append(real, m)
+			}
+		}
+		if len(real) > 0 {
+			return real
+		}
+		if round == verifyRounds {
+			return nil
+		}
+	}
+}
+
+const (
+	lockWaitSQL  = `SET SESSION innodb_lock_wait_timeout = 2`
+	cutFenceSQL  = `UPDATE layout_fence SET epoch = ?, capture = 0 WHERE id = 0`
+	cutLayoutSQL = `INSERT IGNORE INTO shard_map (epoch, layout, adopted_at) VALUES (?, ?, ?)`
+)
+
+// parkSwitchSQL keeps the source's copy of a moved author that switches
+// to pull from being claimed (authors is data, not a queue: Cleanup
+// deletes it).
+const parkSwitchSQL = `UPDATE authors SET claimed_until = 9223372036854775807 WHERE author_id = ?`
+
+// cutOver takes the source's fence, which holds its writes; applies the
+// last captured writes; drops the source's copies of moved queue rows;
+// and records the next epoch's layout in the fence's transaction.
+func (r *Reshard) cutOver(ctx context.Context, src string, dbs []string, tables map[string]table, rep Report) (Report, error) {
+	conn, err := r.dbs[src].Connx(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, lockWaitSQL); err != nil {
+		return rep, err
+	}
+	tx, err := conn.BeginTxx(ctx, nil)
+	if err != nil {
+		return rep, err
+	}
+	defer tx.Rollback()
+	start := time.Now()
+	if _, err := tx.ExecContext(ctx, cutFenceSQL, rep.Epoch); err != nil {
+		return rep, fmt.Errorf("reshard: database %s: take the fence: %w", src, err)
+	}
+	d := drained{touched: map[int]bool{}}
+	// The source's log grows no more; the targets' is read once.
+	if err := r.drain(ctx, src, tables, true, &d); err != nil {
+		return rep, err
+	}
+	for _, name := range dbs[1:] {
+		if err := r.drain(ctx, name, tables, false, &d); err != nil {
+			return rep, err
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(claims)) {
+		if err := r.moveClaimable(ctx, tx, tables[name]); err != nil {
+			return rep, fmt.Errorf("reshard: database %s: %s: %w", src, name, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, cutLayoutSQL, rep.Epoch, r.Target(), time.Now().UnixMilli()); err != nil {
+		return rep, err
+	}
+	if err := tx.Commit(); err != nil {
+		return rep, fmt.Errorf("reshard: database %s: cut over: %w", src, err)
+	}
+	rep.Pause, rep.Caught = time.Since(start), d.applied
+	for _, name := range dbs[1:] {
+		for _, q := range []string{captureOff, clearChangesSQL} {
+			if _, err := r.dbs[name].ExecContext(ctx, q); err != nil {
+				return rep, fmt.Errorf("reshard: database %s: %w", name, err)
+			}
+		}
+	}
+	_, err = r.dbs[src].ExecContext(ctx, clearChangesSQL)
+	return rep, err
+}
+
+// moveClaimable copies, in the cut-over's pause, the source's claimable
+// rows of t of moving virtual shards to their targets, then deletes them
+// from the source in the cut-over's transaction (or, for authors, keeps
+// them from being claimed there), so that workers take them up on the
+// target only.
+func (r *Reshard) moveClaimable(ctx context.Context, tx *sqlx.Tx, t table) error {
+	byTarget := map[string][][]any{}
+	_, err := scanBatch(ctx, tx, "SELECT "+quoted(t.cols)+" FROM `"+t.name+"` WHERE "+claims[t.name].sql, nil, len(t.cols), func(row []any) error {
+		id, err := placingID(row[t.key])
+		if err != nil {
+			return err
+		}
+		if v := r.vshard(id); r.inForce[v] != r.target[v] && t.claimable(row) {
+			byTarget[r.target[v]] = append(byTarget[r.target[v]], row)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	head := "REPLACE INTO `" + t.name + "` (" + quoted(t.cols) + ")"
+	for to, rows := range byTarget {
+		if _, err := store.InsertRows(ctx, r.dbs[to], head, len(t.cols), "", len(rows), func(i int) []any { return rows[i] }); err != nil {
+			return err
+		}
+		for chunk := range slices.Chunk(rows, r.opt.BatchSize) {
+			keys := make([][]any, len(chunk))
+			for i, row := range chunk {
+				for _, c := range t.pk {
+					keys[i] = append(keys[i], row[c])
+				}
+			}
+			if t.name == "authors" {
+				for _, k := range keys {
+					if _, err := tx.ExecContext(ctx, parkSwitchSQL, k[0]); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			if err := deleteKeys(ctx, tx, t, keys); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -224,6 +460,9 @@ func (r *Reshard) copy(ctx context.Context) error {
 	var scanned int64
 	var current string
 	err := r.eachSourceRow(ctx, "copy", func(t table, to string, _ uint64, row []any) error {
+		if t.claimable(row) {
+			return nil // moves in the cut-over
+		}
 		if t.name != current { // a new table: write the last one's rest
 			for name := range batches {
 				if err := flush(name); err != nil {
@@ -351,7 +590,7 @@ func (r *Reshard) digests(ctx context.Context, step string, side func(v int) str
 			pr := Progress{Step: step, Table: t.name, Estimate: estimate(ctx, db, t.name)}
 			err := r.scan(ctx, db, t, func(id uint64, row []any) error {
 				pr.Rows++
-				if v := r.vshard(id); moving[v] && side(v) == name {
+				if v := r.vshard(id); moving[v] && side(v) == name && !t.claimable(row) {
 					pr.Moved++
 					k := digestKey{t.name, v}
 					h := hashes[k]
@@ -400,21 +639,32 @@ func writeRow(h hash.Hash, row []any) {
 type Status struct {
 	Epoch    int64
 	InForce  string
-	UnderWay map[string]string // database → the layout its mark names
-	Moves    []Move            // from the layout in force to the map's
+	UnderWay map[string]Mark // by database
+	Moves    []Move          // from the layout in force to the map's
 }
+
+// Mark is a database's record of a reshard under way.
+type Mark struct {
+	Layout string // the layout it moves to
+	Phase  string // on the database giving virtual shards up: copy, catch-up, verify, cut-over
+	// Backlog is the captured writes not applied yet.
+	Backlog int64
+}
+
+const markStatusSQL = `SELECT layout, phase, (SELECT COUNT(*) FROM reshard_changes) FROM reshard WHERE id = 0`
 
 // Status reads the layout in force and the marks of a reshard under way.
 func (r *Reshard) Status(ctx context.Context) (Status, error) {
-	s := Status{Epoch: r.epoch, InForce: r.LayoutInForce(), UnderWay: map[string]string{}, Moves: r.Moves}
+	s := Status{Epoch: r.epoch, InForce: r.LayoutInForce(), UnderWay: map[string]Mark{}, Moves: r.Moves}
 	for _, name := range r.names {
-		under, err := store.ReshardUnderWay(ctx, r.dbs[name])
-		if err != nil {
+		var m Mark
+		err := r.dbs[name].QueryRowContext(ctx, markStatusSQL).Scan(&m.Layout, &m.Phase, &m.Backlog)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		} else if err != nil {
 			return s, fmt.Errorf("reshard: database %s: %w", name, err)
 		}
-		if under != "" {
-			s.UnderWay[name] = under
-		}
+		s.UnderWay[name] = m
 	}
 	return s, nil
 }
@@ -428,9 +678,20 @@ func (r *Reshard) Abort(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for name, layout := range st.UnderWay {
-		if layout != r.Target() {
-			return fmt.Errorf("reshard: the reshard marked on %s moves to %q, not to this map's layout; abort it with its own map", name, layout)
+	for name, m := range st.UnderWay {
+		if m.Layout != r.Target() {
+			return fmt.Errorf("reshard: the reshard marked on %s moves to %q, not to this map's layout; abort it with its own map", name, m.Layout)
+		}
+	}
+	// Writes stop being captured first, so that nothing applies to the
+	// copies being deleted. The triggers stay: a database that gave
+	// virtual shards up in a cut-over of this reshard fences stale
+	// writers with them until Cleanup.
+	for _, name := range r.names {
+		for _, q := range []string{captureOff, clearChangesSQL} {
+			if _, err := r.dbs[name].ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("reshard: database %s: %w", name, err)
+			}
 		}
 	}
 	if len(r.Moves) > 0 {
@@ -450,7 +711,8 @@ func (r *Reshard) Abort(ctx context.Context) error {
 
 // Cleanup deletes, from every database, the rows of virtual shards the
 // layout in force places elsewhere: what a finished reshard left on the
-// old databases. It refuses while a reshard is under way.
+// old databases. Then it drops the fence triggers. It refuses while a
+// reshard is under way.
 func (r *Reshard) Cleanup(ctx context.Context) error {
 	st, err := r.Status(ctx)
 	if err != nil {
@@ -459,7 +721,16 @@ func (r *Reshard) Cleanup(ctx context.Context) error {
 	if len(st.UnderWay) > 0 {
 		return fmt.Errorf("reshard: a reshard is under way: apply or abort it before cleaning up")
 	}
-	return r.deleteWhere(ctx, "cleanup", func(name string, v int) bool { return r.inForce[v] != name })
+	if err := r.deleteWhere(ctx, "cleanup", func(name string, v int) bool { return r.inForce[v] != name }); err != nil {
+		return err
+	}
+	// No database holds rows it does not own: nothing is left to fence.
+	for _, name := range r.names {
+		if err := r.dropTriggers(ctx, name); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deleteWhere deletes, from each database, the rows of the keyed tables
@@ -527,17 +798,8 @@ func (r *Reshard) deleteWhere(ctx context.Context, step string, gone func(name s
 }
 
 // deleteKeys deletes rows of t by primary key, one statement per batch.
-func deleteKeys(ctx context.Context, db *sqlx.DB, t table, keys [][]any) error {
-	cols := make([]string, len(t.pk))
-	for i, c := range t.pk {
-		cols[i] = "`" + t.cols[c] + "` = ?"
-	}
-	one := "(" + strings.Join(cols, " AND ") + ")"
-	q := "DELETE FROM `" + t.name + "` WHERE " + strings.TrimSuffix(strings.Repeat(one+" OR ", len(keys)), " OR ")
-	args := make([]any, 0, len(keys)*len(t.pk))
-	for _, k := range keys {
-		args = append(args, k...)
-	}
-	_, err := db.ExecContext(ctx, q, args...)
+func deleteKeys(ctx context.Context, db sqlx.ExecerContext, t table, keys [][]any) error {
+	q, args := byKeys(t, keys)
+	_, err := db.ExecContext(ctx, "DELETE FROM `"+t.name+"` WHERE "+q, args...)
 	return err
 }

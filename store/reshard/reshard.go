@@ -1,10 +1,11 @@
-// Package reshard moves virtual shards between databases. The rows of every
-// table keyed by an id of a moving virtual shard are copied to the database
-// the new map names, the copies are verified against their sources, and the
-// new layout is recorded with the next epoch, all with feedd stopped: the
-// layout in force and a marker on every database keep feedd from starting
-// meanwhile. Every step can run again after a crash: copies insert what is
-// missing, verification reads, the cut-over records idempotently.
+// Package reshard moves virtual shards between databases while feedd
+// serves. The rows of every table keyed by an id of a moving virtual shard
+// are copied to the database the new map names, the writes made meanwhile
+// are captured and applied (online.go), the copies are verified against
+// their sources, and the new layout is recorded with the next epoch in a
+// short pause of the source's writes. Every step can run again after a
+// crash: copies insert what is missing, captured writes stay logged until
+// applied, verification reads, the cut-over is one transaction.
 package reshard
 
 import (
@@ -68,9 +69,6 @@ type Options struct {
 	Throttle time.Duration
 	// Progress, if set, is called after each batch.
 	Progress func(Progress)
-	// IdleFor is how long no feedd process may have probed a database for
-	// a reshard to start (default 5 s): feedd must be stopped.
-	IdleFor time.Duration
 	// Log receives the migrations' lines (nil: discarded).
 	Log *slog.Logger
 }
@@ -96,9 +94,6 @@ func Open(ctx context.Context, m *store.ShardMap, opt Options) (*Reshard, error)
 	opt.BatchSize = max(opt.BatchSize, 1)
 	if opt.BatchSize == 1 {
 		opt.BatchSize = 1000
-	}
-	if opt.IdleFor == 0 {
-		opt.IdleFor = 5 * time.Second
 	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
@@ -204,6 +199,35 @@ type table struct {
 	cols []string // in order
 	pk   []int    // indexes into cols
 	key  int      // index of the placing id into cols
+}
+
+// Rows that workers may claim move in the cut-over's pause, not with the
+// copy: on the database receiving them, its workers would otherwise take
+// up work that is not its own yet. A row is claimable per claims, by the
+// value of one column (-1: every row of the table); claimableSQL says the
+// same in SQL.
+var claims = map[string]struct {
+	col   string
+	match func(v string) bool
+	sql   string
+}{
+	"fanout_tasks":  {"", nil, "1 = 1"},
+	"follow_events": {"", nil, "1 = 1"},
+	"deliveries":    {"state", func(v string) bool { return v != "2" }, "state < 2"},
+	"authors":       {"mode", func(v string) bool { return v == "1" }, "mode = 1"},
+}
+
+// claimable says whether workers may claim row, a row of t.
+func (t table) claimable(row []any) bool {
+	c, ok := claims[t.name]
+	if !ok {
+		return false
+	}
+	if c.col == "" {
+		return true
+	}
+	b, _ := row[slices.Index(t.cols, c.col)].([]byte)
+	return c.match(string(b))
 }
 
 const estimateSQL = `SELECT COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES
@@ -317,7 +341,7 @@ func (r *Reshard) scan(ctx context.Context, db *sqlx.DB, t table, fn func(id uin
 	}
 }
 
-func scanBatch(ctx context.Context, db *sqlx.DB, q string, args []any, ncols int, fn func(row []any) error) (int, error) {
+func scanBatch(ctx context.Context, db sqlx.QueryerContext, q string, args []any, ncols int, fn func(row []any) error) (int, error) {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return 0, err

@@ -1,0 +1,434 @@
+package reshard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed/store"
+)
+
+// Writes go on while a reshard copies. Triggers capture them: on the
+// database giving virtual shards up and on the ones receiving them, every
+// row a statement inserts, updates or deletes in a keyed table is logged,
+// by table and primary key, in reshard_changes while layout_fence.capture
+// is set. Catching up reads each logged row again on the source and writes
+// what it finds (or the deletion) to the target, so the order of the log
+// does not matter and applying an entry twice changes nothing. The source
+// is the truth until the cut-over: a write the service makes on a target
+// to a moving row (a push through a copied follow edge) is logged there
+// and undone or confirmed by the same rule.
+//
+// Only feedd's writes are captured and fenced: its connections, and no
+// other client's, set @feed_epoch. The reshard's own writes (the copy,
+// catching up, the cut-over's deletes) are neither.
+//
+// The same triggers fence stale writers. Each connection of feedd records
+// the layout epoch it routes by (@feed_epoch); the trigger reads
+// layout_fence with a shared lock and refuses a write from a connection of
+// an older epoch than the database's. The cut-over takes that row's lock
+// exclusively: writes in flight finish first, new ones wait; the last
+// changes are applied; the row gets the next epoch in the transaction that
+// records the new layout; and the waiting writes are refused as stale, so
+// their processes route by the new layout and retry there.
+
+// trigger names are feed_fence_<table>_<ins|upd|del>.
+func triggerName(table, event string) string {
+	return "feed_fence_" + table + "_" + strings.ToLower(event[:3])
+}
+
+var events = []string{"INSERT", "UPDATE", "DELETE"}
+
+// triggerSQL is the fence and capture trigger of one table and event.
+func triggerSQL(t table, event string) string {
+	rowPK := func(row string) string {
+		cols := make([]string, len(t.pk))
+		for i, c := range t.pk {
+			cols[i] = row + ".`" + t.cols[c] + "`"
+		}
+		return "JSON_ARRAY(" + strings.Join(cols, ", ") + ")"
+	}
+	logRow := func(row string) string {
+		return "INSERT INTO reshard_changes (table_name, id, pk) VALUES ('" + t.name + "', " +
+			row + ".`" + t.cols[t.key] + "`, " + rowPK(row) + ");"
+	}
+	var capture string
+	switch event {
+	case "INSERT":
+		capture = logRow("NEW")
+	case "DELETE":
+		capture = logRow("OLD")
+	default:
+		capture = logRow("NEW") + " IF " + rowPK("OLD") + " <> " + rowPK("NEW") + " THEN " + logRow("OLD") + " END IF;"
+	}
+	return "CREATE TRIGGER `" + triggerName(t.name, event) + "` AFTER " + event + " ON `" + t.name + "` FOR EACH ROW BEGIN " +
+		"DECLARE e BIGINT DEFAULT 0; DECLARE c TINYINT DEFAULT 0; " +
+		"IF @feed_epoch IS NOT NULL THEN " +
+		"SELECT epoch, capture INTO e, c FROM layout_fence WHERE id = 0 LOCK IN SHARE MODE; " +
+		"IF @feed_epoch < e THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + fencedMessage + "'; END IF; " +
+		"IF c = 1 THEN " + capture + " END IF; END IF; END"
+}
+
+// fencedMessage must match the store's (store.fenced).
+const fencedMessage = "feed: layout moved"
+
+const (
+	triggersSQL     = `SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME LIKE 'feed\_fence\_%'`
+	fenceSQL        = `INSERT INTO layout_fence (id, epoch, capture) VALUES (0, ?, 0) ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch))`
+	captureSQL      = `SELECT capture FROM layout_fence WHERE id = 0`
+	setCaptureSQL   = `UPDATE layout_fence SET capture = ? WHERE id = 0`
+	clearChangesSQL = `DELETE FROM reshard_changes`
+	// ddlWaitSQL bounds how long CREATE or DROP TRIGGER waits for the
+	// table's metadata lock: behind a long transaction it would hold up
+	// every statement on the table meanwhile.
+	ddlWaitSQL = `SET SESSION lock_wait_timeout = 2`
+)
+
+// startCapture fences a database at the epoch in force and turns the
+// capture on, then installs the missing triggers. A database whose capture
+// was off starts with an empty log; one whose capture is on (a run cut
+// short) keeps its log, which holds what the copy has not seen.
+func (r *Reshard) startCapture(ctx context.Context, name string) error {
+	db := r.dbs[name]
+	// Writers hold the fence row's shared lock while triggers exist (a run
+	// cut short): the update may deadlock with them, and runs again.
+	if err := retryLocked(ctx, func() error {
+		_, err := db.ExecContext(ctx, fenceSQL, r.epoch)
+		return err
+	}); err != nil {
+		return fmt.Errorf("reshard: database %s: fence: %w", name, err)
+	}
+	var on int
+	if err := db.GetContext(ctx, &on, captureSQL); err != nil {
+		return fmt.Errorf("reshard: database %s: %w", name, err)
+	}
+	if on == 0 {
+		for _, q := range []string{clearChangesSQL, "UPDATE layout_fence SET capture = 1 WHERE id = 0"} {
+			if err := retryLocked(ctx, func() error {
+				_, err := db.ExecContext(ctx, q)
+				return err
+			}); err != nil {
+				return fmt.Errorf("reshard: database %s: start capture: %w", name, err)
+			}
+		}
+	}
+	return r.installTriggers(ctx, name)
+}
+
+// installTriggers creates the fence triggers a database lacks.
+func (r *Reshard) installTriggers(ctx context.Context, name string) error {
+	db := r.dbs[name]
+	var have []string
+	if err := db.SelectContext(ctx, &have, triggersSQL); err != nil {
+		return fmt.Errorf("reshard: database %s: %w", name, err)
+	}
+	tables, err := describe(ctx, db)
+	if err != nil {
+		return fmt.Errorf("reshard: database %s: %w", name, err)
+	}
+	conn, err := ddlConn(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	for _, t := range tables {
+		for _, ev := range events {
+			if slices.Contains(have, triggerName(t.name, ev)) {
+				continue
+			}
+			if err := retryDDL(ctx, conn, triggerSQL(t, ev)); err != nil {
+				return fmt.Errorf("reshard: database %s: create trigger on %s: %w", name, t.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// dropTriggers removes the fence triggers of a database.
+func (r *Reshard) dropTriggers(ctx context.Context, name string) error {
+	db := r.dbs[name]
+	var have []string
+	if err := db.SelectContext(ctx, &have, triggersSQL); err != nil {
+		return fmt.Errorf("reshard: database %s: %w", name, err)
+	}
+	conn, err := ddlConn(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	for _, trg := range have {
+		if err := retryDDL(ctx, conn, "DROP TRIGGER IF EXISTS `"+trg+"`"); err != nil {
+			return fmt.Errorf("reshard: database %s: drop trigger %s: %w", name, trg, err)
+		}
+	}
+	return nil
+}
+
+// ddlConn is a connection whose DDL waits at most ddlWaitSQL's bound for
+// a metadata lock.
+func ddlConn(ctx context.Context, db *sqlx.DB) (*sqlx.Conn, error) {
+	conn, err := db.Connx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, ddlWaitSQL); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// retryDDL runs a trigger statement, again after a metadata lock timeout
+// (a transaction held the table).
+func retryDDL(ctx context.Context, conn *sqlx.Conn, q string) error {
+	return retryLocked(ctx, func() error {
+		_, err := conn.ExecContext(ctx, q)
+		return err
+	})
+}
+
+// retryLocked runs fn again after a deadlock or a lock wait timeout: up to
+// ten times, a growing pause apart. The fence row is locked by every
+// writer of a database with triggers, so the reshard's own writes to it
+// meet both.
+func retryLocked(ctx context.Context, fn func() error) error {
+	var err error
+	for i := range 10 {
+		if err = fn(); err == nil || !locked(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(i+1) * 100 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func locked(err error) bool {
+	n := mysqlErrno(err)
+	return n == errLockWaitTimeout || n == errDeadlock
+}
+
+// change is a logged row: its table and primary key.
+type change struct {
+	seq   uint64
+	table string
+	id    uint64
+	pk    string
+}
+
+const changesSQL = `SELECT seq, table_name, id, pk FROM reshard_changes ORDER BY seq LIMIT ?`
+
+// changesBatch is the fewest log entries a catch-up statement reads: a
+// small --batch-size spares a busy server during the copy, but the log
+// must be applied faster than it is written.
+const changesBatch = 1000
+
+// drained reports a catch-up pass.
+type drained struct {
+	applied int          // rows read again and written to their target
+	touched map[int]bool // virtual shards they belong to
+}
+
+// drain applies the changes logged on database name whose rows belong to
+// a moving virtual shard, reading each row again on its source and writing
+// it to its target, and deletes the log entries it read. With all set it
+// runs until the log is empty; otherwise one pass over the entries that
+// were there when it started.
+func (r *Reshard) drain(ctx context.Context, name string, tables map[string]table, all bool, out *drained) error {
+	db := r.dbs[name]
+	var until uint64
+	if !all {
+		if err := db.GetContext(ctx, &until, `SELECT COALESCE(MAX(seq), 0) FROM reshard_changes`); err != nil {
+			return err
+		}
+	}
+	for {
+		var batch []change
+		rows, err := db.QueryxContext(ctx, changesSQL, max(r.opt.BatchSize, changesBatch))
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var c change
+			if err := rows.Scan(&c.seq, &c.table, &c.id, &c.pk); err != nil {
+				rows.Close()
+				return err
+			}
+			batch = append(batch, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		// By table, then by source and target: each group is one read and
+		// one write.
+		type group struct{ table, from, to string }
+		keys := map[group]map[string]bool{}
+		seqs := make([]any, 0, len(batch))
+		for _, c := range batch {
+			seqs = append(seqs, c.seq)
+			v := r.vshard(c.id)
+			if _, ok := tables[c.table]; !ok || r.inForce[v] == r.target[v] {
+				continue // not moving
+			}
+			out.touched[v] = true
+			g := group{c.table, r.inForce[v], r.target[v]}
+			if keys[g] == nil {
+				keys[g] = map[string]bool{}
+			}
+			keys[g][c.pk] = true
+		}
+		for g, pks := range keys {
+			// The target's workers lock the rows they work on: a write
+			// there may deadlock with them, and runs again.
+			var n int
+			err := retryLocked(ctx, func() error {
+				var err error
+				n, err = r.resync(ctx, tables[g.table], g.from, g.to, pks)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("reshard: catch up %s (%s -> %s): %w", g.table, g.from, g.to, err)
+			}
+			out.applied += n
+		}
+		if _, err := db.ExecContext(ctx, "DELETE FROM reshard_changes WHERE seq IN (?"+strings.Repeat(",?", len(seqs)-1)+")", seqs...); err != nil {
+			return err
+		}
+		if !all && batch[len(batch)-1].seq >= until {
+			return nil
+		}
+	}
+}
+
+// resync makes the rows of t with the given primary keys (JSON arrays) on
+// database to what they are on database from: written where found, deleted
+// where not.
+func (r *Reshard) resync(ctx context.Context, t table, from, to string, pks map[string]bool) (int, error) {
+	var keys [][]any
+	for pk := range pks {
+		k, err := decodePK(pk)
+		if err != nil || len(k) != len(t.pk) {
+			return 0, fmt.Errorf("logged key %s: %v", pk, err)
+		}
+		keys = append(keys, k)
+	}
+	found, err := r.rowsByKey(ctx, r.dbs[from], t, keys)
+	if err != nil {
+		return 0, err
+	}
+	// A claimable row moves in the cut-over's pause (claims); the
+	// target's copy, if any, waits for it as it is.
+	for k, row := range found {
+		if t.claimable(row) {
+			delete(found, k)
+			keys = slices.DeleteFunc(keys, func(key []any) bool { return keyString(key) == k })
+		}
+	}
+	if len(found) > 0 {
+		rows := slices.Collect(maps.Values(found))
+		head := "REPLACE INTO `" + t.name + "` (" + quoted(t.cols) + ")"
+		if _, err := store.InsertRows(ctx, r.dbs[to], head, len(t.cols), "", len(rows), func(i int) []any { return rows[i] }); err != nil {
+			return 0, err
+		}
+	}
+	var gone [][]any
+	for _, k := range keys {
+		if _, ok := found[keyString(k)]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	if len(gone) > 0 {
+		if err := deleteKeys(ctx, r.dbs[to], t, gone); err != nil {
+			return 0, err
+		}
+	}
+	return len(keys), nil
+}
+
+// rowsByKey reads the rows of t with the given primary keys, by key.
+func (r *Reshard) rowsByKey(ctx context.Context, db *sqlx.DB, t table, keys [][]any) (map[string][]any, error) {
+	out := map[string][]any{}
+	q, args := byKeys(t, keys)
+	_, err := scanBatch(ctx, db, "SELECT "+quoted(t.cols)+" FROM `"+t.name+"` WHERE "+q, args, len(t.cols), func(row []any) error {
+		k := make([]any, len(t.pk))
+		for i, c := range t.pk {
+			k[i] = string(row[c].([]byte))
+		}
+		out[keyString(k)] = row
+		return nil
+	})
+	return out, err
+}
+
+// byKeys is the condition "primary key is one of keys" and its arguments.
+func byKeys(t table, keys [][]any) (string, []any) {
+	cols := make([]string, len(t.pk))
+	for i, c := range t.pk {
+		cols[i] = "`" + t.cols[c] + "` = ?"
+	}
+	one := "(" + strings.Join(cols, " AND ") + ")"
+	args := make([]any, 0, len(keys)*len(t.pk))
+	for _, k := range keys {
+		args = append(args, k...)
+	}
+	return strings.TrimSuffix(strings.Repeat(one+" OR ", len(keys)), " OR "), args
+}
+
+// decodePK turns a logged JSON array into arguments: numbers as their
+// decimal text, which the server compares exactly with integer columns.
+func decodePK(pk string) ([]any, error) {
+	d := json.NewDecoder(strings.NewReader(pk))
+	d.UseNumber()
+	var vals []any
+	if err := d.Decode(&vals); err != nil {
+		return nil, err
+	}
+	for i, v := range vals {
+		switch v := v.(type) {
+		case json.Number:
+			vals[i] = v.String()
+		case string:
+		default:
+			return nil, fmt.Errorf("unexpected value %v", v)
+		}
+	}
+	return vals, nil
+}
+
+// keyString is a primary key's map key; its values are decimal or
+// string texts.
+func keyString(k []any) string {
+	parts := make([]string, len(k))
+	for i, v := range k {
+		parts[i] = v.(string)
+	}
+	return strings.Join(parts, "\x00")
+}
+
+func mysqlErrno(err error) uint16 {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number
+	}
+	return 0
+}
+
+const (
+	errLockWaitTimeout = 1205
+	errDeadlock        = 1213
+)
