@@ -41,13 +41,17 @@ type Follow struct {
 }
 
 // Page asks for up to Limit items strictly after the cursor's position.
+// Since, for the home feed only, also bounds it above: only items strictly
+// newer than that position ("" for none).
 type Page struct {
 	Limit  int
 	Cursor string
+	Since  string
 }
 
 // FeedPage is a page of a home feed. Next is the position of the last item
-// ("" when the feed ends). MissingAuthors lists, sorted, the followed
+// ("" when the feed ends, or nothing is left above the page's since), Top
+// that of the first ("" on an empty page). MissingAuthors lists, sorted, the followed
 // authors whose outboxes could not be read because their database did not
 // answer: the page is what the other sources give, and their posts above
 // Next are not returned later in the same walk. It is empty when every
@@ -55,6 +59,7 @@ type Page struct {
 type FeedPage struct {
 	Items          []Post
 	Next           string
+	Top            string
 	MissingAuthors []uint64
 }
 
