@@ -176,6 +176,7 @@ type follower struct {
 type page[T any] struct {
 	Items      []T     `json:"items"`
 	NextCursor *string `json:"next_cursor"`
+	TopCursor  *string `json:"top_cursor"` // feed pages only
 }
 
 type delivery struct {
@@ -914,6 +915,73 @@ func TestFeed(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestFeedSince reads above a position: only newer items, newest first, the
+// gap paged down with next_cursor until null, and an empty page with null
+// cursors when nothing is newer.
+func TestFeedSince(t *testing.T) {
+	t.Parallel()
+	v := setup(t, envOpts{})
+	user := v.id()
+	feedPath := "/v1/users/" + u(user) + "/feed"
+	read := func(query string) page[post] {
+		t.Helper()
+		r := v.do(t, http.MethodGet, feedPath+"?"+query, "")
+		wantStatus(t, r, http.StatusOK)
+		var p page[post]
+		r.decode(t, &p)
+		return p
+	}
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	var old []post
+	for i := range 3 {
+		old = append(old, v.publishAt(t, user, uint64(2_000_000+10*i), base+int64(i)))
+	}
+	first := read("limit=2")
+	if first.TopCursor == nil || first.Items[0] != old[2] {
+		t.Fatalf("first page %+v: want top cursor at %v", first, old[2])
+	}
+	top := *first.TopCursor
+
+	r := v.do(t, http.MethodGet, feedPath+"?since="+url.QueryEscape(top), "")
+	wantStatus(t, r, http.StatusOK)
+	if got := strings.TrimSpace(string(r.body)); got != `{"items":[],"next_cursor":null,"top_cursor":null}` {
+		t.Fatalf("nothing newer: %s", got)
+	}
+
+	// Five newer posts, two of them at the top's own publish time (ids
+	// above and below it: only the one above is newer).
+	topID, _ := strconv.ParseUint(old[2].ContentID, 10, 64)
+	newer := []post{v.publishAt(t, user, topID+1, old[2].PublishTime)}
+	v.publishAt(t, user, topID-1, old[2].PublishTime)
+	for i := range 4 {
+		newer = append(newer, v.publishAt(t, user, v.id(), base+10+int64(i)))
+	}
+	slices.Reverse(newer)
+	var got []post
+	q := url.Values{"limit": {"2"}, "since": {top}}
+	p := read(q.Encode())
+	if p.TopCursor == nil {
+		t.Fatal("since page without a top cursor")
+	}
+	for {
+		got = append(got, p.Items...)
+		if p.NextCursor == nil {
+			break
+		}
+		q.Set("cursor", *p.NextCursor)
+		p = read(q.Encode())
+	}
+	if !slices.Equal(got, newer) {
+		t.Fatalf("gap %v, want %v", postIDs(got), postIDs(newer))
+	}
+	if p := read("limit=5&since=" + url.QueryEscape(top)); !slices.Equal(p.Items, newer) || p.NextCursor != nil {
+		t.Fatalf("one page of the whole gap: %v next %v, want %v and null", postIDs(p.Items), p.NextCursor, postIDs(newer))
+	}
+	for _, bad := range []string{"x", "AXAAAAGJRZS9OAAAAAAAAIBT", top + "A"} {
+		wantError(t, v.do(t, http.MethodGet, feedPath+"?since="+url.QueryEscape(bad), ""), http.StatusBadRequest, "invalid_argument")
+	}
 }
 
 // routes are the /v1 routes with their path parameters.
