@@ -90,3 +90,17 @@ type Delivery struct {
 	// the post because the database is not up.
 	PendingDatabases []string
 }
+
+// UnreadCap bounds an unread count: past it a count reports the cap and
+// Capped, so a count never costs more than reading that many items.
+const UnreadCap = 1000
+
+// Marker is a user's read marker and the items the feed holds above it.
+// Cursor is the marked position ("" when the user never set one: every item
+// is unread); UpdatedAt is when it last moved (Unix ms, 0 with no marker).
+type Marker struct {
+	Cursor    string
+	UpdatedAt int64
+	Unread    int
+	Capped    bool
+}

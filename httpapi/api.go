@@ -85,6 +85,8 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	get(v1, "/users/:id/following", a.listFollowing)
 	get(v1, "/users/:id/followers", a.listFollowers)
 	get(v1, "/users/:id/feed", a.getFeed)
+	get(v1, "/users/:id/feed/marker", a.getMarker)
+	v1.PUT("/users/:id/feed/marker", a.putMarker)
 	return e
 }
 
