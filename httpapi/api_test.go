@@ -984,6 +984,67 @@ func TestFeedSince(t *testing.T) {
 	}
 }
 
+type marker struct {
+	Cursor       *string `json:"cursor"`
+	UpdatedAt    *int64  `json:"updated_at"`
+	Unread       int     `json:"unread"`
+	UnreadCapped bool    `json:"unread_capped"`
+}
+
+// TestMarker sets, reads and tries to move back a read marker over HTTP.
+func TestMarker(t *testing.T) {
+	t.Parallel()
+	v := setup(t, envOpts{})
+	user := v.id()
+	path := "/v1/users/" + u(user) + "/feed/marker"
+	get := func() marker {
+		t.Helper()
+		r := v.do(t, http.MethodGet, path, "")
+		wantStatus(t, r, http.StatusOK)
+		var m marker
+		r.decode(t, &m)
+		return m
+	}
+	put := func(cursor string) marker {
+		t.Helper()
+		r := v.do(t, http.MethodPut, path, fmt.Sprintf(`{"cursor":%q}`, cursor))
+		wantStatus(t, r, http.StatusOK)
+		var m marker
+		r.decode(t, &m)
+		return m
+	}
+	r := v.do(t, http.MethodGet, path, "")
+	wantStatus(t, r, http.StatusOK)
+	if got := strings.TrimSpace(string(r.body)); got != `{"cursor":null,"updated_at":null,"unread":0,"unread_capped":false}` {
+		t.Fatalf("no marker: %s", got)
+	}
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	for i := range 5 {
+		v.publishAt(t, user, v.id(), base+int64(i))
+	}
+	if m := get(); m.Unread != 5 || m.Cursor != nil {
+		t.Fatalf("five posts, no marker: %+v", m)
+	}
+	var p page[post]
+	v.do(t, http.MethodGet, "/v1/users/"+u(user)+"/feed?limit=2", "").decode(t, &p)
+	m := put(*p.NextCursor)
+	if m.Cursor == nil || *m.Cursor != *p.NextCursor || m.UpdatedAt == nil || m.Unread != 1 {
+		t.Fatalf("marker at the second item: %+v", m)
+	}
+	var deeper page[post]
+	v.do(t, http.MethodGet, "/v1/users/"+u(user)+"/feed?limit=4", "").decode(t, &deeper)
+	if back := put(*deeper.NextCursor); *back.Cursor != *m.Cursor || *back.UpdatedAt != *m.UpdatedAt || back.Unread != 1 {
+		t.Fatalf("marker moved back: %+v, was %+v", back, m)
+	}
+	if got := get(); *got.Cursor != *m.Cursor || got.Unread != 1 {
+		t.Fatalf("stored marker %+v, want %+v", got, m)
+	}
+	for _, body := range []string{``, `{}`, `{"cursor":null}`, `{"cursor":""}`, `{"cursor":"x"}`, `{"cursor":12}`,
+		`{"cursor":"AXAAAAGJRZS9OAAAAAAAAIBT"}`, `{"position":"x"}`, `[]`} {
+		wantError(t, v.do(t, http.MethodPut, path, body), http.StatusBadRequest, "invalid_argument")
+	}
+}
+
 // routes are the /v1 routes with their path parameters.
 var routes = []struct{ method, path string }{
 	{http.MethodPost, "/v1/users/{author}/posts"},
@@ -995,6 +1056,13 @@ var routes = []struct{ method, path string }{
 	{http.MethodGet, "/v1/users/{user}/following"},
 	{http.MethodGet, "/v1/users/{author}/followers"},
 	{http.MethodGet, "/v1/users/{user}/feed"},
+	{http.MethodGet, "/v1/users/{user}/feed/marker"},
+	{http.MethodPut, "/v1/users/{user}/feed/marker"},
+}
+
+// isList reports whether the route answers a page of a list.
+func isList(method, path string) bool {
+	return method == http.MethodGet && !strings.Contains(path, "{content}") && !strings.HasSuffix(path, "/marker")
 }
 
 func fill(path string, values map[string]string) string {
@@ -1055,7 +1123,7 @@ func TestBadRequests(t *testing.T) {
 
 	t.Run("bad limits", func(t *testing.T) {
 		for _, rt := range routes {
-			if rt.method != http.MethodGet || strings.Contains(rt.path, "{content}") {
+			if !isList(rt.method, rt.path) {
 				continue
 			}
 			path := fill(rt.path, good)
@@ -1078,7 +1146,7 @@ func TestBadRequests(t *testing.T) {
 			strings.Repeat("A", 4000),
 		}
 		for _, rt := range routes {
-			if rt.method != http.MethodGet || strings.Contains(rt.path, "{content}") {
+			if !isList(rt.method, rt.path) {
 				continue
 			}
 			for _, c := range garbage {
@@ -1311,8 +1379,11 @@ func TestUnavailable(t *testing.T) {
 	values := map[string]string{"user": "1", "author": "2", "content": "3"}
 	for _, rt := range routes {
 		body := ""
-		if rt.method == http.MethodPost {
+		switch {
+		case rt.method == http.MethodPost:
 			body = `{}`
+		case rt.method == http.MethodPut && strings.HasSuffix(rt.path, "/marker"):
+			body = `{"cursor":"AWYAAAGJRZS9OAAAAAAAAIBT"}`
 		}
 		wantError(t, v.do(t, rt.method, fill(rt.path, values), body), http.StatusServiceUnavailable, "unavailable")
 	}
