@@ -102,6 +102,7 @@ func (s *Service) readFeed(ctx context.Context, userID uint64, before, since fee
 			bound = olderOf(before, feed.Key{PublishTime: activeSince + 1})
 		}
 		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound, From: from})
+		rd.pullAuthors = append(rd.pullAuthors, pa.AuthorID)
 	}
 	pulled, err := s.pull(ctx, rd, sources, n)
 	if err != nil {
@@ -164,6 +165,9 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 type pageRead struct {
 	user    uint64
 	queries int // statements run
+	// pullAuthors are the followed authors whose outboxes the page merged
+	// above the floor, which a stream watches besides the inbox.
+	pullAuthors []uint64
 	// missing holds the authors whose database failed, and failed those
 	// databases, which the rest of the page does not ask again: a hung one
 	// costs a page SourceTimeout once.
