@@ -160,7 +160,9 @@ func TestStreamOrderAndResume(t *testing.T) {
 		t.Fatalf("malformed since: %v", err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- h.svc.Stream(context.Background(), reader, "", time.Second, chanSink{make(chan event, 1000)}) }()
+	go func() {
+		done <- h.svc.Stream(context.Background(), reader, "", time.Second, chanSink{make(chan event, 1000)})
+	}()
 	h.svc.CloseStreams()
 	if err := <-done; err != nil {
 		t.Fatalf("closed stream: %v", err)
