@@ -1,70 +1,34 @@
 package httpapi_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/feedhq/feed/httpapi"
+	"github.com/feedhq/feed/httpapi/client"
 )
 
-// sseEvent is one event of a stream as a client parses it.
-type sseEvent struct{ id, event, data string }
-
-// openSSE opens the user's stream with the query and Last-Event-ID (if
-// any) and returns its events as they are parsed, and a func that hangs up.
-func openSSE(t *testing.T, v *env, user uint64, query, lastID string) (<-chan sseEvent, func()) {
+// openStream opens the user's stream with the token as ?access_token=
+// and returns its events and a func that hangs up.
+func openStream(t *testing.T, v *env, user uint64, since, lastID string) (<-chan client.Event, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.srv.URL+"/v1/users/"+u(user)+"/feed/stream?"+query, nil)
+	c := client.New(v.srv.URL, v.token, v.srv.Client())
+	events, err := c.Stream(ctx, user, client.StreamRequest{LastEventID: lastID, Since: since, TokenInQuery: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lastID != "" {
-		req.Header.Set("Last-Event-ID", lastID)
-	}
-	res, err := v.srv.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.StatusCode != http.StatusOK || res.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("stream: %d %s", res.StatusCode, res.Header.Get("Content-Type"))
-	}
-	events := make(chan sseEvent, 100)
-	go func() {
-		defer close(events)
-		defer res.Body.Close()
-		sc := bufio.NewScanner(res.Body)
-		var e sseEvent
-		for sc.Scan() {
-			field, value, _ := strings.Cut(sc.Text(), ": ")
-			switch field {
-			case "id":
-				e.id = value
-			case "event":
-				e.event = value
-			case "data":
-				e.data = value
-			case "":
-				if e.event != "" {
-					events <- e
-				}
-				e = sseEvent{}
-			}
-		}
-	}()
 	return events, cancel
 }
 
-// nextEvents waits for n item events; the wait only bounds a failing test.
-func nextEvents(t *testing.T, events <-chan sseEvent, n int) []post {
+// nextEvents waits for n events; the wait only bounds a failing test.
+func nextEvents(t *testing.T, events <-chan client.Event, n int) ([]post, string) {
 	t.Helper()
 	var out []post
+	last := ""
 	timeout := time.After(30 * time.Second)
 	for len(out) < n {
 		select {
@@ -72,16 +36,13 @@ func nextEvents(t *testing.T, events <-chan sseEvent, n int) []post {
 			if !ok {
 				t.Fatalf("stream ended after %d events, want %d", len(out), n)
 			}
-			var p post
-			if e.event != "item" || e.id == "" || json.Unmarshal([]byte(e.data), &p) != nil {
-				t.Fatalf("bad event %+v", e)
-			}
-			out = append(out, p)
+			out = append(out, post(e.Post))
+			last = e.ID
 		case <-timeout:
 			t.Fatalf("got %d events, want %d", len(out), n)
 		}
 	}
-	return out
+	return out, last
 }
 
 // TestStream reads the feed stream over HTTP with the token as a query
@@ -99,21 +60,15 @@ func TestStream(t *testing.T) {
 	for i := range 3 {
 		posts = append(posts, v.publishAt(t, user, v.id(), base+int64(i)))
 	}
-	q := url.Values{"access_token": {token}}.Encode()
-	events, hangUp := openSSE(t, v, user, q, "")
-	if got := nextEvents(t, events, 3); got[0] != posts[0] || got[1] != posts[1] || got[2] != posts[2] {
+	events, hangUp := openStream(t, v, user, "", "")
+	if got, _ := nextEvents(t, events, 3); got[0] != posts[0] || got[1] != posts[1] || got[2] != posts[2] {
 		t.Fatalf("catch-up %v, want %v", postIDs(got), postIDs(posts))
 	}
 	time.Sleep(httpapi.ReadDeadlineDefault + 500*time.Millisecond) // the stream outlives a request deadline
 	p := v.publish(t, user, `{}`, http.StatusCreated)
-	var last sseEvent
-	select {
-	case last = <-events:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no event for a new post")
-	}
-	if !strings.Contains(last.data, `"content_id":"`+p.ContentID+`"`) {
-		t.Fatalf("event %+v, want post %s", last, p.ContentID)
+	got, lastID := nextEvents(t, events, 1)
+	if got[0] != p {
+		t.Fatalf("event %+v, want %+v", got[0], p)
 	}
 	hangUp()
 
@@ -121,9 +76,9 @@ func TestStream(t *testing.T) {
 	// Last-Event-ID wins over since, as a reconnecting EventSource sends both.
 	var firstPage page[post]
 	v.do(t, http.MethodGet, "/v1/users/"+u(user)+"/feed?limit=5", "").decode(t, &firstPage)
-	events, hangUp = openSSE(t, v, user, q+"&since="+url.QueryEscape(*firstPage.NextCursor), last.id)
+	events, hangUp = openStream(t, v, user, *firstPage.NextCursor, lastID)
 	defer hangUp()
-	if got := nextEvents(t, events, 2); got[0] != later[0] || got[1] != later[1] {
+	if got, _ := nextEvents(t, events, 2); got[0] != later[0] || got[1] != later[1] {
 		t.Fatalf("resumed %v, want %v", postIDs(got), postIDs(later))
 	}
 
@@ -141,6 +96,7 @@ func TestStream(t *testing.T) {
 		}
 		return v.send(t, req)
 	}
+	q := url.Values{"access_token": {token}}.Encode()
 	stream := "/v1/users/" + u(user) + "/feed/stream"
 	wantError(t, call(http.MethodGet, stream, "", ""), http.StatusUnauthorized, "unauthorized")
 	wantError(t, call(http.MethodGet, stream+"?access_token=wrong", "", ""), http.StatusUnauthorized, "unauthorized")
