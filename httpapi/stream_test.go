@@ -46,7 +46,7 @@ func nextEvents(t *testing.T, events <-chan client.Event, n int) ([]post, string
 }
 
 // TestStream reads the feed stream over HTTP with the token as a query
-// parameter: the feed first, oldest first, then new posts, past the read
+// parameter: the feed above a position first, oldest first, then new posts, past the read
 // deadline; a reconnect with Last-Event-ID resumes after the last event;
 // bad positions and tokens are refused before the stream starts.
 func TestStream(t *testing.T) {
@@ -56,11 +56,14 @@ func TestStream(t *testing.T) {
 	t.Cleanup(v.svc.CloseStreams) // before the server's Close, which waits for handlers
 	user := v.id()
 	base := time.Now().Add(-time.Hour).UnixMilli()
+	v.publishAt(t, user, v.id(), base-1)
+	var start page[post]
+	v.do(t, http.MethodGet, "/v1/users/"+u(user)+"/feed", "").decode(t, &start)
 	var posts []post
 	for i := range 3 {
 		posts = append(posts, v.publishAt(t, user, v.id(), base+int64(i)))
 	}
-	events, hangUp := openStream(t, v, user, "", "")
+	events, hangUp := openStream(t, v, user, *start.TopCursor, "")
 	if got, _ := nextEvents(t, events, 3); got[0] != posts[0] || got[1] != posts[1] || got[2] != posts[2] {
 		t.Fatalf("catch-up %v, want %v", postIDs(got), postIDs(posts))
 	}

@@ -158,15 +158,7 @@ func runSinceBruteForce(t *testing.T, seed uint64) {
 		}
 		// Between rounds: arrivals, deletes, an unfollow and a follow.
 		publish(5 + r.IntN(20))
-		var gone []feed.Post
-		for _, a := range authors {
-			for _, p := range m.posts[a] {
-				if r.IntN(10) == 0 {
-					gone = append(gone, p)
-				}
-			}
-		}
-		m.deleteAll(t, h, gone)
+		m.deleteRandom(t, h, r, authors, 10)
 		c := readers[r.IntN(len(readers))]
 		a := authors[r.IntN(len(authors))]
 		if m.following(c.user, a) {

@@ -267,8 +267,10 @@ func CheckPosition(position string) error {
 func (s *Service) CloseStreams() { s.streams.close() }
 
 // Stream sends the user's feed to sink as it grows: first every item newer
-// than since ("" for the whole feed), oldest first, then each item that
-// enters the feed above the last one sent, until ctx ends or the process
+// than since, oldest first, then each item that enters the feed above the
+// last one sent; with since "", only items that enter above the feed's top
+// when the stream opens (a client that wants what came before passes the
+// top_cursor of the page it shows), until ctx ends or the process
 // closes its streams (nil). Each sent item's position is its event id, so a
 // client resumes from the last id it got. Every read of the feed runs
 // within readTimeout; a read that fails or leaves out an unreachable
@@ -288,6 +290,7 @@ func (s *Service) Stream(ctx context.Context, userID uint64, since string, readT
 	defer keepalive.Stop()
 	retry := time.NewTimer(0) // the first catch-up runs at once
 	defer retry.Stop()
+	fromTop := since == ""
 	for {
 		select {
 		case <-ctx.Done():
@@ -302,7 +305,13 @@ func (s *Service) Stream(ctx context.Context, userID uint64, since string, readT
 		case <-sub.wake:
 		case <-retry.C:
 		}
-		gap, err := s.readGap(ctx, sub, pos, readTimeout)
+		var gap []feed.Post
+		if fromTop {
+			pos, err = s.readTop(ctx, sub, readTimeout)
+			fromTop = err != nil
+		} else {
+			gap, err = s.readGap(ctx, sub, pos, readTimeout)
+		}
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
@@ -321,28 +330,50 @@ func (s *Service) Stream(ctx context.Context, userID uint64, since string, readT
 	}
 }
 
+// readTop returns the position of the newest item of the feed (the zero key
+// for an empty feed), read within readTimeout, and records the pull
+// authors to watch.
+func (s *Service) readTop(ctx context.Context, sub *subscription, readTimeout time.Duration) (feed.Key, error) {
+	items, err := s.readFeedWithin(ctx, sub, store.Top, feed.Key{}, 1, readTimeout)
+	if err != nil || len(items) == 0 {
+		return feed.Key{}, err
+	}
+	return items[0].Key(), nil
+}
+
+// readFeedWithin is readFeed for a stream: within readTimeout, failing
+// rather than leave out the authors of a database that does not answer,
+// and recording the pull authors of a read from the top.
+func (s *Service) readFeedWithin(ctx context.Context, sub *subscription, before, since feed.Key, n int, readTimeout time.Duration) ([]feed.Post, error) {
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
+	defer cancel()
+	items, rd, err := s.readFeed(rctx, sub.user, before, since, n)
+	if err != nil {
+		return nil, err
+	}
+	if missing := rd.missingAuthors(); len(missing) > 0 {
+		return nil, feed.Errorf(feed.EUNAVAILABLE, "the posts of %d followed authors cannot be read now", len(missing))
+	}
+	if before == store.Top {
+		s.streams.watchPulls(sub, rd.pullAuthors)
+	}
+	return items, nil
+}
+
 // streamPage is how many items one read of a catch-up takes.
 const streamPage = feed.MaxPageLimit
 
 // readGap returns every item newer than pos, newest first, read a page at a
 // time, each within readTimeout. The whole gap is read before anything is
 // sent, so a read that fails sends nothing and the next attempt starts
-// from the same position. It also records the pull authors to watch.
+// from the same position.
 func (s *Service) readGap(ctx context.Context, sub *subscription, pos feed.Key, readTimeout time.Duration) ([]feed.Post, error) {
 	var gap []feed.Post
 	before := store.Top
 	for {
-		rctx, cancel := context.WithTimeout(ctx, readTimeout)
-		items, rd, err := s.readFeed(rctx, sub.user, before, pos, streamPage+1)
-		cancel()
+		items, err := s.readFeedWithin(ctx, sub, before, pos, streamPage+1, readTimeout)
 		if err != nil {
 			return nil, err
-		}
-		if missing := rd.missingAuthors(); len(missing) > 0 {
-			return nil, feed.Errorf(feed.EUNAVAILABLE, "the posts of %d followed authors cannot be read now", len(missing))
-		}
-		if before == store.Top {
-			s.streams.watchPulls(sub, rd.pullAuthors)
 		}
 		more := len(items) > streamPage
 		items = items[:min(len(items), streamPage)]

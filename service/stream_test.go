@@ -178,8 +178,15 @@ func TestStreamWakesOnlyConcerned(t *testing.T) {
 	t.Cleanup(h.svc.CloseStreams)
 	const users = 40
 	streams := make([]chan event, users)
+	old := time.Now().Add(-time.Hour).UnixMilli()
 	for i := range users {
-		streams[i], _ = openStream(t, h.svc, uint64(3000+i), "")
+		user := uint64(3000 + i)
+		h.publish(t, user, uint64(10_000+i), old)
+		p, err := h.svc.Feed(context.Background(), user, feed.Page{Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		streams[i], _ = openStream(t, h.svc, user, p.Top)
 	}
 	p := h.publish(t, 3007, 77, time.Now().UnixMilli())
 	got := receive(t, streams[7], 1)

@@ -32,6 +32,9 @@ const (
 	readClient  = "client"
 	readFew     = "pull10"
 	readMany    = "pull50"
+	// Unread counts against the same readers' pages.
+	readUnread    = "unread"
+	readUnreadFew = "unread10"
 )
 
 // keepMarker ends the generated part of the report: text below it is
@@ -421,6 +424,8 @@ func (r *report) renderReads(p func(string, ...any)) {
 	ratio("inbox-only HTTP / raw SELECT", readInbox, readRaw, targetInboxRead)
 	ratio(fmt.Sprintf("%d-pull HTTP / inbox-only HTTP", pullFew), readFew, readInbox, targetPullRead)
 	ratio(fmt.Sprintf("%d-pull HTTP / inbox-only HTTP", pullMany), readMany, readInbox, 0)
+	ratio("unread counts / pages, inbox-only readers, HTTP", readUnread, readInbox, 0)
+	ratio(fmt.Sprintf("unread counts / pages, %d-pull readers, HTTP", pullFew), readUnreadFew, readFew, 0)
 	ratio("diagnostic: store.ReadFeed / raw SELECT", readStore, readRaw, 0)
 	ratio("diagnostic: one-block page shape / raw SELECT", readProbe, readRaw, 0)
 	ratio("diagnostic: service.Feed / raw SELECT", readService, readRaw, 0)
