@@ -17,6 +17,7 @@ const (
 	ListFollowingSQL = listFollowingSQL
 	TrimBoundarySQL  = trimBoundaryPartSQL
 	TrimPartSQL      = trimPartSQL
+	InboxTopSQL      = inboxTopPartSQL
 )
 
 // NextTaskSQL is the query a worker's first batch claims a task with.
