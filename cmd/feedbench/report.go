@@ -166,6 +166,7 @@ type report struct {
 	Reads      []readResult
 	Footprints []footprintResult
 	Reshard    *reshardResult
+	Streams    *streamResult
 }
 
 func newReport(opt options, args []string, addr, database string) *report {
@@ -241,6 +242,7 @@ func (r *report) render(w *bytes.Buffer) {
 	r.renderFanout(p)
 	r.renderLatency(p)
 	r.renderReads(p)
+	r.renderStreams(p)
 	r.renderFootprint(p)
 	r.renderReshard(p)
 }
