@@ -12,6 +12,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storetest"
 )
 
 // event is one item a stream sent.
@@ -198,4 +199,41 @@ func TestStreamWakesOnlyConcerned(t *testing.T) {
 			t.Fatalf("user %d got an event for user 3007's post", 3000+i)
 		}
 	}
+}
+
+// TestStreamWaitsForAHungDatabase opens a stream while the database of a
+// followed author hangs (SIGSTOP): the stream must not send the reader's
+// own newer post before that author's older one, which it cannot read yet,
+// since it would never send that one after. Once the database answers, both
+// arrive in order.
+func TestStreamWaitsForAHungDatabase(t *testing.T) {
+	t.Parallel()
+	srv := storetest.StartServer(t)
+	shards := storetest.NewShardMap(t, storetest.Options{Shards: 2})
+	far := shards.Databases["db1"]
+	far.DSN = srv.DSN + "feed"
+	shards.Databases["db1"] = far
+	h := newHarness(t, harnessOpts{shardMap: shards, noWorkers: true, configured: func(c *service.Config) {
+		c.SourceTimeout = 200 * time.Millisecond
+		c.PullCacheTTL = 0
+	}})
+	t.Cleanup(h.svc.CloseStreams)
+	reader, author := idsOnShard(h, 0, 100, 1)[0], idsOnShard(h, 1, 100, 1)[0]
+	// With no worker running the follow's backfill stays pending: every
+	// read merges the author's outbox on db1.
+	h.follow(t, reader, author)
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	h.publish(t, reader, 1, base)
+	p, err := h.svc.Feed(context.Background(), reader, feed.Page{Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := h.publish(t, author, 2, base+1000)
+
+	srv.Stop()
+	events, _ := openStream(t, h.svc, reader, p.Top)
+	newer := h.publish(t, reader, 3, base+2000)
+	time.Sleep(1500 * time.Millisecond) // a read or two fail meanwhile
+	srv.Resume()
+	checkEvents(t, "after the database answers", receive(t, events, 2), []feed.Post{older, newer})
 }
