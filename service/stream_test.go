@@ -12,7 +12,6 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
-	"github.com/feedhq/feed/store/storetest"
 )
 
 // event is one item a stream sent.
@@ -208,15 +207,10 @@ func TestStreamWakesOnlyConcerned(t *testing.T) {
 // arrive in order.
 func TestStreamWaitsForAHungDatabase(t *testing.T) {
 	t.Parallel()
-	srv := storetest.StartServer(t)
-	shards := storetest.NewShardMap(t, storetest.Options{Shards: 2})
-	far := shards.Databases["db1"]
-	far.DSN = srv.DSN + "feed"
-	shards.Databases["db1"] = far
-	h := newHarness(t, harnessOpts{shardMap: shards, noWorkers: true, configured: func(c *service.Config) {
+	h, srv := farHarness(t, func(c *service.Config) {
 		c.SourceTimeout = 200 * time.Millisecond
 		c.PullCacheTTL = 0
-	}})
+	})
 	t.Cleanup(h.svc.CloseStreams)
 	reader, author := idsOnShard(h, 0, 100, 1)[0], idsOnShard(h, 1, 100, 1)[0]
 	// With no worker running the follow's backfill stays pending: every
