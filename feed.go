@@ -41,13 +41,17 @@ type Follow struct {
 }
 
 // Page asks for up to Limit items strictly after the cursor's position.
+// Since, for the home feed only, also bounds it above: only items strictly
+// newer than that position ("" for none).
 type Page struct {
 	Limit  int
 	Cursor string
+	Since  string
 }
 
 // FeedPage is a page of a home feed. Next is the position of the last item
-// ("" when the feed ends). MissingAuthors lists, sorted, the followed
+// ("" when the feed ends, or nothing is left above the page's since), Top
+// that of the first ("" on an empty page). MissingAuthors lists, sorted, the followed
 // authors whose outboxes could not be read because their database did not
 // answer: the page is what the other sources give, and their posts above
 // Next are not returned later in the same walk. It is empty when every
@@ -55,6 +59,7 @@ type Page struct {
 type FeedPage struct {
 	Items          []Post
 	Next           string
+	Top            string
 	MissingAuthors []uint64
 }
 
@@ -84,4 +89,18 @@ type Delivery struct {
 	// PendingDatabases names the databases whose followers still wait for
 	// the post because the database is not up.
 	PendingDatabases []string
+}
+
+// UnreadCap bounds an unread count: past it a count reports the cap and
+// Capped, so a count never costs more than reading that many items.
+const UnreadCap = 1000
+
+// Marker is a user's read marker and the items the feed holds above it.
+// Cursor is the marked position ("" when the user never set one: every item
+// is unread); UpdatedAt is when it last moved (Unix ms, 0 with no marker).
+type Marker struct {
+	Cursor    string
+	UpdatedAt int64
+	Unread    int
+	Capped    bool
 }

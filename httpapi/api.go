@@ -38,6 +38,8 @@ type Options struct {
 type api struct {
 	svc *service.Service
 	log *slog.Logger
+	// readTimeout bounds each read of a stream, writeTimeout each write.
+	readTimeout, writeTimeout time.Duration
 }
 
 // New returns the echo instance serving every route of the contract. Every
@@ -55,7 +57,7 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	if opt.WriteDeadline == 0 {
 		opt.WriteDeadline = WriteDeadlineDefault
 	}
-	a := &api{svc: svc, log: opt.Log}
+	a := &api{svc: svc, log: opt.Log, readTimeout: opt.ReadDeadline, writeTimeout: opt.WriteDeadline}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = a.handleError
@@ -65,10 +67,10 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 		// Global rather than on the group: every /v1 request needs the
 		// token, also one that matches no route or method, and the check
 		// comes before the body is read.
-		e.Use(requireToken("/v1", opt.Token))
+		e.Use(requireToken("/v1", opt.Token, streamRoute))
 	}
 	e.Use(limitBody)
-	e.Use(withDeadline(opt.ReadDeadline, opt.WriteDeadline))
+	e.Use(withDeadline(opt.ReadDeadline, opt.WriteDeadline, streamRoute))
 
 	get(e, "/healthz", a.healthz)
 	get(e, "/readyz", a.readyz)
@@ -85,6 +87,9 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	get(v1, "/users/:id/following", a.listFollowing)
 	get(v1, "/users/:id/followers", a.listFollowers)
 	get(v1, "/users/:id/feed", a.getFeed)
+	get(v1, "/users/:id/feed/marker", a.getMarker)
+	get(v1, "/users/:id/feed/stream", a.getStream)
+	v1.PUT("/users/:id/feed/marker", a.putMarker)
 	return e
 }
 
@@ -101,8 +106,10 @@ func get(r router, path string, h echo.HandlerFunc) {
 }
 
 // requireToken checks the bearer token of every request under prefix, in
-// constant time. The scheme name is case-insensitive (RFC 9110, 11.1).
-func requireToken(prefix, token string) echo.MiddlewareFunc {
+// constant time. The scheme name is case-insensitive (RFC 9110, 11.1). On
+// the route queryRoute the token may come as ?access_token= instead: a
+// browser's EventSource cannot send headers.
+func requireToken(prefix, token, queryRoute string) echo.MiddlewareFunc {
 	want := []byte(token)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -111,6 +118,9 @@ func requireToken(prefix, token string) echo.MiddlewareFunc {
 				return next(c)
 			}
 			scheme, got, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+			if q := c.QueryParam("access_token"); scheme == "" && q != "" && c.Path() == queryRoute {
+				scheme, got = "Bearer", q
+			}
 			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 				return feed.Errorf(feed.EUNAUTHORIZED, "missing or wrong bearer token")
 			}

@@ -176,6 +176,7 @@ type follower struct {
 type page[T any] struct {
 	Items      []T     `json:"items"`
 	NextCursor *string `json:"next_cursor"`
+	TopCursor  *string `json:"top_cursor"` // feed pages only
 }
 
 type delivery struct {
@@ -916,6 +917,134 @@ func TestFeed(t *testing.T) {
 	})
 }
 
+// TestFeedSince reads above a position: only newer items, newest first, the
+// gap paged down with next_cursor until null, and an empty page with null
+// cursors when nothing is newer.
+func TestFeedSince(t *testing.T) {
+	t.Parallel()
+	v := setup(t, envOpts{})
+	user := v.id()
+	feedPath := "/v1/users/" + u(user) + "/feed"
+	read := func(query string) page[post] {
+		t.Helper()
+		r := v.do(t, http.MethodGet, feedPath+"?"+query, "")
+		wantStatus(t, r, http.StatusOK)
+		var p page[post]
+		r.decode(t, &p)
+		return p
+	}
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	var old []post
+	for i := range 3 {
+		old = append(old, v.publishAt(t, user, uint64(2_000_000+10*i), base+int64(i)))
+	}
+	first := read("limit=2")
+	if first.TopCursor == nil || first.Items[0] != old[2] {
+		t.Fatalf("first page %+v: want top cursor at %v", first, old[2])
+	}
+	top := *first.TopCursor
+
+	r := v.do(t, http.MethodGet, feedPath+"?since="+url.QueryEscape(top), "")
+	wantStatus(t, r, http.StatusOK)
+	if got := strings.TrimSpace(string(r.body)); got != `{"items":[],"next_cursor":null,"top_cursor":null}` {
+		t.Fatalf("nothing newer: %s", got)
+	}
+
+	// Five newer posts, two of them at the top's own publish time (ids
+	// above and below it: only the one above is newer).
+	topID, _ := strconv.ParseUint(old[2].ContentID, 10, 64)
+	newer := []post{v.publishAt(t, user, topID+1, old[2].PublishTime)}
+	v.publishAt(t, user, topID-1, old[2].PublishTime)
+	for i := range 4 {
+		newer = append(newer, v.publishAt(t, user, v.id(), base+10+int64(i)))
+	}
+	slices.Reverse(newer)
+	var got []post
+	q := url.Values{"limit": {"2"}, "since": {top}}
+	p := read(q.Encode())
+	if p.TopCursor == nil {
+		t.Fatal("since page without a top cursor")
+	}
+	for {
+		got = append(got, p.Items...)
+		if p.NextCursor == nil {
+			break
+		}
+		q.Set("cursor", *p.NextCursor)
+		p = read(q.Encode())
+	}
+	if !slices.Equal(got, newer) {
+		t.Fatalf("gap %v, want %v", postIDs(got), postIDs(newer))
+	}
+	if p := read("limit=5&since=" + url.QueryEscape(top)); !slices.Equal(p.Items, newer) || p.NextCursor != nil {
+		t.Fatalf("one page of the whole gap: %v next %v, want %v and null", postIDs(p.Items), p.NextCursor, postIDs(newer))
+	}
+	for _, bad := range []string{"x", "AXAAAAGJRZS9OAAAAAAAAIBT", top + "A"} {
+		wantError(t, v.do(t, http.MethodGet, feedPath+"?since="+url.QueryEscape(bad), ""), http.StatusBadRequest, "invalid_argument")
+	}
+}
+
+type marker struct {
+	Cursor       *string `json:"cursor"`
+	UpdatedAt    *int64  `json:"updated_at"`
+	Unread       int     `json:"unread"`
+	UnreadCapped bool    `json:"unread_capped"`
+}
+
+// TestMarker sets, reads and tries to move back a read marker over HTTP.
+func TestMarker(t *testing.T) {
+	t.Parallel()
+	v := setup(t, envOpts{})
+	user := v.id()
+	path := "/v1/users/" + u(user) + "/feed/marker"
+	get := func() marker {
+		t.Helper()
+		r := v.do(t, http.MethodGet, path, "")
+		wantStatus(t, r, http.StatusOK)
+		var m marker
+		r.decode(t, &m)
+		return m
+	}
+	put := func(cursor string) marker {
+		t.Helper()
+		r := v.do(t, http.MethodPut, path, fmt.Sprintf(`{"cursor":%q}`, cursor))
+		wantStatus(t, r, http.StatusOK)
+		var m marker
+		r.decode(t, &m)
+		return m
+	}
+	r := v.do(t, http.MethodGet, path, "")
+	wantStatus(t, r, http.StatusOK)
+	if got := strings.TrimSpace(string(r.body)); got != `{"cursor":null,"updated_at":null,"unread":0,"unread_capped":false}` {
+		t.Fatalf("no marker: %s", got)
+	}
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	for i := range 5 {
+		v.publishAt(t, user, v.id(), base+int64(i))
+	}
+	if m := get(); m.Unread != 5 || m.Cursor != nil {
+		t.Fatalf("five posts, no marker: %+v", m)
+	}
+	var p page[post]
+	v.do(t, http.MethodGet, "/v1/users/"+u(user)+"/feed?limit=2", "").decode(t, &p)
+	m := put(*p.NextCursor)
+	if m.Cursor == nil || *m.Cursor != *p.NextCursor || m.UpdatedAt == nil || m.Unread != 1 {
+		t.Fatalf("marker at the second item: %+v", m)
+	}
+	var deeper page[post]
+	v.do(t, http.MethodGet, "/v1/users/"+u(user)+"/feed?limit=4", "").decode(t, &deeper)
+	if back := put(*deeper.NextCursor); *back.Cursor != *m.Cursor || *back.UpdatedAt != *m.UpdatedAt || back.Unread != 1 {
+		t.Fatalf("marker moved back: %+v, was %+v", back, m)
+	}
+	if got := get(); *got.Cursor != *m.Cursor || got.Unread != 1 {
+		t.Fatalf("stored marker %+v, want %+v", got, m)
+	}
+	for _, body := range []string{``, `{}`, `{"cursor":null}`, `{"cursor":""}`, `{"cursor":"x"}`, `{"cursor":12}`,
+		`{"cursor":"AXAAAAGJRZS9OAAAAAAAAIBT"}`, `{"position":"x"}`, `[]`} {
+		wantError(t, v.do(t, http.MethodPut, path, body), http.StatusBadRequest, "invalid_argument")
+	}
+}
+
 // routes are the /v1 routes with their path parameters.
 var routes = []struct{ method, path string }{
 	{http.MethodPost, "/v1/users/{author}/posts"},
@@ -927,6 +1056,13 @@ var routes = []struct{ method, path string }{
 	{http.MethodGet, "/v1/users/{user}/following"},
 	{http.MethodGet, "/v1/users/{author}/followers"},
 	{http.MethodGet, "/v1/users/{user}/feed"},
+	{http.MethodGet, "/v1/users/{user}/feed/marker"},
+	{http.MethodPut, "/v1/users/{user}/feed/marker"},
+}
+
+// isList reports whether the route answers a page of a list.
+func isList(method, path string) bool {
+	return method == http.MethodGet && !strings.Contains(path, "{content}") && !strings.HasSuffix(path, "/marker")
 }
 
 func fill(path string, values map[string]string) string {
@@ -987,7 +1123,7 @@ func TestBadRequests(t *testing.T) {
 
 	t.Run("bad limits", func(t *testing.T) {
 		for _, rt := range routes {
-			if rt.method != http.MethodGet || strings.Contains(rt.path, "{content}") {
+			if !isList(rt.method, rt.path) {
 				continue
 			}
 			path := fill(rt.path, good)
@@ -1010,7 +1146,7 @@ func TestBadRequests(t *testing.T) {
 			strings.Repeat("A", 4000),
 		}
 		for _, rt := range routes {
-			if rt.method != http.MethodGet || strings.Contains(rt.path, "{content}") {
+			if !isList(rt.method, rt.path) {
 				continue
 			}
 			for _, c := range garbage {
@@ -1243,8 +1379,11 @@ func TestUnavailable(t *testing.T) {
 	values := map[string]string{"user": "1", "author": "2", "content": "3"}
 	for _, rt := range routes {
 		body := ""
-		if rt.method == http.MethodPost {
+		switch {
+		case rt.method == http.MethodPost:
 			body = `{}`
+		case rt.method == http.MethodPut && strings.HasSuffix(rt.path, "/marker"):
+			body = `{"cursor":"AWYAAAGJRZS9OAAAAAAAAIBT"}`
 		}
 		wantError(t, v.do(t, rt.method, fill(rt.path, values), body), http.StatusServiceUnavailable, "unavailable")
 	}

@@ -101,7 +101,7 @@ func (a *api) deletePost(c echo.Context) error {
 
 func (a *api) listPosts(c echo.Context) error {
 	return listPage(c, a.svc.ListPosts, func(c echo.Context, posts []feed.Post, next string) error {
-		return writePostPage(c, posts, next, nil)
+		return writePostPage(c, feed.FeedPage{Items: posts, Next: next}, false)
 	})
 }
 
@@ -191,20 +191,29 @@ func jsonPage[T, U any](conv func(U) T) func(echo.Context, []U, string) error {
 	}
 }
 
-// postPageJSON is a page of posts: an author's, or the feed's, which names
-// the authors whose posts it could not read.
+// postPageJSON is a page of posts: an author's, or the feed's, which has a
+// top cursor (null on an empty page) and names the authors whose posts it
+// could not read.
 type postPageJSON struct {
 	pageJSON[postJSON]
+	TopCursor      **string `json:"top_cursor,omitempty"` // nil outside the feed
 	Partial        bool     `json:"partial,omitempty"`
 	MissingAuthors []string `json:"missing_authors,omitempty"`
 }
 
-func newPostPage(posts []feed.Post, next string, missing []uint64) postPageJSON {
-	out := postPageJSON{pageJSON: newPage(posts, next, toPostJSON)}
-	if len(missing) > 0 {
+func newPostPage(p feed.FeedPage, isFeed bool) postPageJSON {
+	out := postPageJSON{pageJSON: newPage(p.Items, p.Next, toPostJSON)}
+	if isFeed {
+		var top *string
+		if p.Top != "" {
+			top = &p.Top
+		}
+		out.TopCursor = &top
+	}
+	if len(p.MissingAuthors) > 0 {
 		out.Partial = true
-		out.MissingAuthors = make([]string, len(missing))
-		for i, a := range missing {
+		out.MissingAuthors = make([]string, len(p.MissingAuthors))
+		for i, a := range p.MissingAuthors {
 			out.MissingAuthors[i] = strconv.FormatUint(a, 10)
 		}
 	}
@@ -215,46 +224,38 @@ func newPostPage(posts []feed.Post, next string, missing []uint64) postPageJSON 
 var postPagePool = sync.Pool{New: func() any { return new([]byte) }}
 
 // writePostPage writes a page of posts: the feed's, or an author's, which
-// has no missing authors. The bytes are those encoding/json writes for
-// newPostPage(posts, next, missing) as c.JSON sends them (?pretty and debug
+// has no top cursor and no missing authors. The bytes are those
+// encoding/json writes for newPostPage(p, isFeed) as c.JSON sends them (?pretty and debug
 // mode are left to c.JSON itself), appended without reflection or an
 // allocation per item: feed pages are the service's hottest response.
-func writePostPage(c echo.Context, posts []feed.Post, next string, missing []uint64) error {
+func writePostPage(c echo.Context, p feed.FeedPage, isFeed bool) error {
 	if _, pretty := c.QueryParams()["pretty"]; pretty || c.Echo().Debug {
-		return c.JSON(http.StatusOK, newPostPage(posts, next, missing))
+		return c.JSON(http.StatusOK, newPostPage(p, isFeed))
 	}
 	buf := postPagePool.Get().(*[]byte)
 	defer postPagePool.Put(buf)
-	*buf = appendPostPage((*buf)[:0], posts, next, missing)
+	*buf = appendPostPage((*buf)[:0], p, isFeed)
 	c.Response().Header().Set(echo.HeaderContentLength, strconv.Itoa(len(*buf)))
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, *buf)
 }
 
-func appendPostPage(b []byte, posts []feed.Post, next string, missing []uint64) []byte {
+func appendPostPage(b []byte, page feed.FeedPage, isFeed bool) []byte {
 	b = append(b, `{"items":[`...)
-	for i, p := range posts {
+	for i, p := range page.Items {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = append(b, `{"content_id":"`...)
-		b = strconv.AppendUint(b, p.ContentID, 10)
-		b = append(b, `","author_id":"`...)
-		b = strconv.AppendUint(b, p.AuthorID, 10)
-		b = append(b, `","publish_time":`...)
-		b = strconv.AppendInt(b, p.PublishTime, 10)
-		b = append(b, `,"kind":`...)
-		b = appendJSONString(b, p.Kind)
-		b = append(b, '}')
+		b = appendPost(b, p)
 	}
 	b = append(b, `],"next_cursor":`...)
-	if next == "" {
-		b = append(b, "null"...)
-	} else {
-		b = appendJSONString(b, next)
+	b = appendCursor(b, page.Next)
+	if isFeed {
+		b = append(b, `,"top_cursor":`...)
+		b = appendCursor(b, page.Top)
 	}
-	if len(missing) > 0 {
+	if len(page.MissingAuthors) > 0 {
 		b = append(b, `,"partial":true,"missing_authors":[`...)
-		for i, a := range missing {
+		for i, a := range page.MissingAuthors {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -265,6 +266,27 @@ func appendPostPage(b []byte, posts []feed.Post, next string, missing []uint64) 
 		b = append(b, ']')
 	}
 	return append(b, "}\n"...)
+}
+
+// appendPost appends a post as toPostJSON and encoding/json write it.
+func appendPost(b []byte, p feed.Post) []byte {
+	b = append(b, `{"content_id":"`...)
+	b = strconv.AppendUint(b, p.ContentID, 10)
+	b = append(b, `","author_id":"`...)
+	b = strconv.AppendUint(b, p.AuthorID, 10)
+	b = append(b, `","publish_time":`...)
+	b = strconv.AppendInt(b, p.PublishTime, 10)
+	b = append(b, `,"kind":`...)
+	b = appendJSONString(b, p.Kind)
+	return append(b, '}')
+}
+
+// appendCursor appends a cursor, null for "".
+func appendCursor(b []byte, cursor string) []byte {
+	if cursor == "" {
+		return append(b, "null"...)
+	}
+	return appendJSONString(b, cursor)
 }
 
 // appendJSONString appends s quoted. Kinds and cursors are printable ASCII
@@ -299,11 +321,65 @@ func (a *api) getFeed(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	page.Since = c.QueryParam("since")
 	p, err := a.svc.Feed(c.Request().Context(), user, page)
 	if err != nil {
 		return err
 	}
-	return writePostPage(c, p.Items, p.Next, p.MissingAuthors)
+	return writePostPage(c, p, true)
+}
+
+// markerJSON is a read marker: cursor and updated_at are null while the
+// user has none.
+type markerJSON struct {
+	Cursor       *string `json:"cursor"`
+	UpdatedAt    *int64  `json:"updated_at"`
+	Unread       int     `json:"unread"`
+	UnreadCapped bool    `json:"unread_capped"`
+}
+
+func toMarkerJSON(m feed.Marker) markerJSON {
+	out := markerJSON{Unread: m.Unread, UnreadCapped: m.Capped}
+	if m.Cursor != "" {
+		out.Cursor, out.UpdatedAt = &m.Cursor, &m.UpdatedAt
+	}
+	return out
+}
+
+func (a *api) getMarker(c echo.Context) error {
+	user, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	m, err := a.svc.Marker(c.Request().Context(), user)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toMarkerJSON(m))
+}
+
+// markerBody is the marker request: the position to move the marker to.
+type markerBody struct {
+	Cursor *string `json:"cursor"`
+}
+
+func (a *api) putMarker(c echo.Context) error {
+	user, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	var body markerBody
+	if err := decodeBody(c, &body); err != nil {
+		return err
+	}
+	if body.Cursor == nil {
+		return feed.Errorf(feed.EINVALID, "cursor is required")
+	}
+	m, err := a.svc.SetMarker(c.Request().Context(), user, *body.Cursor)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toMarkerJSON(m))
 }
 
 // parseID parses a user, author or content id: a decimal uint64 above zero.

@@ -36,10 +36,14 @@ const statusClientClosed = 499
 
 // withDeadline runs each request under the deadline of its kind. Statements
 // past it are killed on the server (store's killConnector) and the client
-// gets 503 with Retry-After (handleError).
-func withDeadline(read, write time.Duration) echo.MiddlewareFunc {
+// gets 503 with Retry-After (handleError). The route long, a stream, has
+// no deadline of its own: each of its reads and writes gets one.
+func withDeadline(read, write time.Duration, long string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
+			if c.Path() == long {
+				return next(c)
+			}
 			d := write
 			if m := c.Request().Method; m == http.MethodGet || m == http.MethodHead {
 				d = read

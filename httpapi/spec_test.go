@@ -505,17 +505,18 @@ func TestSpecDocument(t *testing.T) {
 
 // TestSpecFeedPage holds the feed's page schema to the partial pages no
 // single-database test gets: partial only as true, the missing authors as
-// id strings.
+// id strings; and top_cursor always present.
 func TestSpecFeedPage(t *testing.T) {
 	t.Parallel()
 	s := mustSpec(t)
 	schema := map[string]any{"$ref": "#/components/schemas/FeedPage"}
 	for body, valid := range map[string]bool{
-		`{"items":[],"next_cursor":null}`: true,
-		`{"items":[],"next_cursor":"AWYAAAGJRZS9OAAAAAAAAIBT","partial":true,"missing_authors":["12","34"]}`: true,
-		`{"items":[],"next_cursor":null,"partial":false,"missing_authors":["12"]}`:                           false,
-		`{"items":[],"next_cursor":null,"partial":true,"missing_authors":[12]}`:                              false,
-		`{"items":[],"next_cursor":null,"partial":"true","missing_authors":["12"]}`:                          false,
+		`{"items":[],"next_cursor":null,"top_cursor":null}`: true,
+		`{"items":[],"next_cursor":null}`:                   false,
+		`{"items":[],"next_cursor":"AWYAAAGJRZS9OAAAAAAAAIBT","top_cursor":null,"partial":true,"missing_authors":["12","34"]}`: true,
+		`{"items":[],"next_cursor":null,"partial":false,"missing_authors":["12"]}`:                                             false,
+		`{"items":[],"next_cursor":null,"partial":true,"missing_authors":[12]}`:                                                false,
+		`{"items":[],"next_cursor":null,"partial":"true","missing_authors":["12"]}`:                                            false,
 	} {
 		var v any
 		if err := decodeJSON([]byte(body), &v); err != nil {

@@ -130,6 +130,15 @@ CREATE TABLE IF NOT EXISTS follow_events (
 ) ENGINE = InnoDB
   COMMENT 'user-keyed: outbox of follow and unfollow, one row per pair. A worker reconciles followers and the backfill with following';
 
+CREATE TABLE IF NOT EXISTS markers (
+    user_id      BIGINT UNSIGNED NOT NULL,
+    publish_time BIGINT          NOT NULL COMMENT 'publish_time of the marked feed position',
+    content_id   BIGINT UNSIGNED NOT NULL COMMENT 'content_id of the marked feed position',
+    updated_at   BIGINT          NOT NULL COMMENT 'Unix ms when the marker last moved',
+    PRIMARY KEY (user_id)
+) ENGINE = InnoDB
+  COMMENT 'user-keyed: the read marker of each user who set one, a feed position that only moves forward';
+
 CREATE TABLE IF NOT EXISTS content_ids (
     content_id BIGINT UNSIGNED NOT NULL,
     author_id  BIGINT UNSIGNED NOT NULL COMMENT 'the author who owns the id',

@@ -20,7 +20,11 @@ type Metrics struct {
 	feedPullAuthors prometheus.Histogram
 	feedQueries     prometheus.Histogram
 	shardUp         *prometheus.GaugeVec
-	reg             prometheus.Registerer
+	// Streams: open now, events sent, statements their watchers ran.
+	streamsOpen        prometheus.Gauge
+	streamEvents       prometheus.Counter
+	streamWatchQueries prometheus.Counter
+	reg                prometheus.Registerer
 }
 
 // NewMetrics creates the series and registers them on reg.
@@ -52,10 +56,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		shardUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "feed_shard_up", Help: "1 while the database's last probe read and wrote in time with a current schema."},
 			[]string{"database"}),
+		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "feed_streams_open", Help: "Feed streams open in this process."}),
+		streamEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "feed_stream_events_total", Help: "Items sent on feed streams."}),
+		streamWatchQueries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "feed_stream_watch_queries_total", Help: "SQL statements run by the stream watchers (one per shard)."}),
 		reg: reg,
 	}
 	reg.MustRegister(m.postsPublished, m.inboxRows, m.batchSeconds, m.deliveries, m.followEvents,
-		m.backfillRows, m.trimmedRows, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.shardUp)
+		m.backfillRows, m.trimmedRows, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.shardUp,
+		m.streamsOpen, m.streamEvents, m.streamWatchQueries)
 	return m
 }
 

@@ -17,6 +17,18 @@ import (
 	"github.com/feedhq/feed/store/storetest"
 )
 
+// farHarness is a harness, without workers, on two databases whose second
+// (db1) runs on a server of its own that the test can hang (SIGSTOP).
+func farHarness(t *testing.T, configured func(*service.Config)) (*harness, *storetest.Server) {
+	t.Helper()
+	srv := storetest.StartServer(t)
+	shards := storetest.NewShardMap(t, storetest.Options{Shards: 2})
+	far := shards.Databases["db1"]
+	far.DSN = srv.DSN + "feed"
+	shards.Databases["db1"] = far
+	return newHarness(t, harnessOpts{shardMap: shards, noWorkers: true, configured: configured}), srv
+}
+
 // TestFeedPartial reads a feed while the database of some followed authors
 // hangs (SIGSTOP): every page comes from the reader's own database and the
 // authors that answer, names the others, and the walk is exactly what was
@@ -26,16 +38,11 @@ import (
 // out were never cached as having no posts.
 func TestFeedPartial(t *testing.T) {
 	t.Parallel()
-	srv := storetest.StartServer(t)
-	shards := storetest.NewShardMap(t, storetest.Options{Shards: 2})
-	far := shards.Databases["db1"]
-	far.DSN = srv.DSN + "feed"
-	shards.Databases["db1"] = far
-	h := newHarness(t, harnessOpts{shardMap: shards, noWorkers: true, configured: func(c *service.Config) {
+	h, srv := farHarness(t, func(c *service.Config) {
 		c.InboxLimit = 3
 		c.PullCacheTTL = 2 * time.Second
 		c.SourceTimeout = 200 * time.Millisecond
-	}})
+	})
 	ctx := context.Background()
 	near, hung := idsOnShard(h, 0, 100, 2), idsOnShard(h, 1, 100, 2)
 	reader, author := near[0], near[1]

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"math"
 	"slices"
 	"time"
 
@@ -35,7 +36,11 @@ import (
 // cursor is the same as ever. Otherwise, and whenever the reader's own
 // database fails, the page fails with the database's error.
 //
-// Returns EINVALID for a malformed cursor or page size.
+// With page.Since set, the page holds only items strictly newer than that
+// position: each source is read down to it at most, and the page's next
+// cursor is set exactly when items remain between its last item and Since.
+//
+// Returns EINVALID for a malformed cursor, since or page size.
 func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) (feed.FeedPage, error) {
 	ctx = store.WithClass(ctx, store.Reads)
 	if err := checkPage(page); err != nil {
@@ -45,12 +50,48 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) (feed
 	if err != nil {
 		return feed.FeedPage{}, err
 	}
-	snap, err := s.store.ReadFeed(ctx, userID, before, page.Limit+1)
+	since, err := decodePosition(page.Since)
 	if err != nil {
 		return feed.FeedPage{}, err
 	}
+	items, rd, err := s.readFeed(ctx, userID, before, since, page.Limit+1)
+	if err != nil {
+		return feed.FeedPage{}, err
+	}
+	items, next, err := pageOf(items, page.Limit, feedCursor)
+	var top string
+	if len(items) > 0 {
+		top = feedCursor(items[0])
+	}
+	return feed.FeedPage{Items: items, Next: next, Top: top, MissingAuthors: rd.missingAuthors()}, err
+}
+
+// feedCursor is the position of a feed item.
+func feedCursor(p feed.Post) string { return encodeCursor(cursorFeed, p.Key()) }
+
+// decodePosition parses a since position: a feed cursor, or "" for none
+// (the zero key, below every post).
+//
+// Returns EINVALID for anything else.
+func decodePosition(s string) (feed.Key, error) {
+	k, err := decodeCursor(cursorFeed, s, feed.Key{})
+	if err != nil {
+		return k, feed.Errorf(feed.EINVALID, "malformed since position")
+	}
+	return k, nil
+}
+
+// readFeed returns the newest n items of the user's feed strictly between
+// since and before, newest first, and what the reads cost and missed. It
+// also marks the user active.
+func (s *Service) readFeed(ctx context.Context, userID uint64, before, since feed.Key, n int) ([]feed.Post, *pageRead, error) {
+	snap, err := s.store.ReadFeed(ctx, userID, before, n)
+	if err != nil {
+		return nil, nil, err
+	}
 	activeSince := s.markRead(ctx, userID, snap)
 	rd := &pageRead{user: userID, queries: snap.Statements}
+	from := after(since)
 	sources := make([]store.PullSource, 0, len(snap.Pull))
 	for _, pa := range snap.Pull {
 		bound := before
@@ -60,29 +101,50 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) (feed
 			// so it sits just above active_since.
 			bound = olderOf(before, feed.Key{PublishTime: activeSince + 1})
 		}
-		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound})
+		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound, From: from})
+		rd.pullAuthors = append(rd.pullAuthors, pa.AuthorID)
 	}
-	pulled, err := s.pull(ctx, rd, sources, page.Limit+1)
+	pulled, err := s.pull(ctx, rd, sources, n)
 	if err != nil {
-		return feed.FeedPage{}, err
+		return nil, nil, err
 	}
-	items := mergeNewest(page.Limit+1, snap.Floor, append(pulled, snap.Inbox)...)
-	if len(items) <= page.Limit && snap.Floor != nil {
-		deep, err := s.deepScroll(ctx, rd, userID, olderOf(before, *snap.Floor), page.Limit+1-len(items))
+	items := newerThan(since, mergeNewest(n, snap.Floor, append(pulled, snap.Inbox)...))
+	// Below the floor only the outboxes are complete; nothing lies there
+	// for a page that stops at a since at or above it.
+	if len(items) < n && snap.Floor != nil && since.Less(*snap.Floor) {
+		deep, err := s.deepScroll(ctx, rd, userID, olderOf(before, *snap.Floor), from, n-len(items))
 		if err != nil {
-			return feed.FeedPage{}, err
+			return nil, nil, err
 		}
 		items = append(items, deep...)
 	}
 	s.metrics.feedPullAuthors.Observe(float64(len(sources)))
 	s.metrics.feedQueries.Observe(float64(rd.queries))
-	items, next, err := pageOf(items, page.Limit, func(p feed.Post) string { return encodeCursor(cursorFeed, p.Key()) })
-	return feed.FeedPage{Items: items, Next: next, MissingAuthors: rd.missingAuthors()}, err
+	return items, rd, nil
 }
 
-// deepScroll reads the newest posts older than before from the outboxes of
-// everyone the user follows and the user's own.
-func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, before feed.Key, limit int) ([]feed.Post, error) {
+// newerThan cuts a newest-first list at the first item not newer than since.
+func newerThan(since feed.Key, items []feed.Post) []feed.Post {
+	for i, p := range items {
+		if !since.Less(p.Key()) {
+			return items[:i]
+		}
+	}
+	return items
+}
+
+// after is the oldest key newer than k: the inclusive lower bound (From) of
+// reads that want items strictly newer than k.
+func after(k feed.Key) feed.Key {
+	if k.ContentID == math.MaxUint64 {
+		return feed.Key{PublishTime: k.PublishTime + 1}
+	}
+	return feed.Key{PublishTime: k.PublishTime, ContentID: k.ContentID + 1}
+}
+
+// deepScroll reads the newest posts older than before, and at or above from,
+// from the outboxes of everyone the user follows and the user's own.
+func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, before, from feed.Key, limit int) ([]feed.Post, error) {
 	authors, err := s.store.FollowedAuthors(ctx, userID)
 	if err != nil {
 		return nil, err
@@ -90,7 +152,7 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 	rd.queries++
 	sources := make([]store.PullSource, 0, len(authors)+1)
 	for _, a := range append(authors, userID) {
-		sources = append(sources, store.PullSource{AuthorID: a, Before: before})
+		sources = append(sources, store.PullSource{AuthorID: a, Before: before, From: from})
 	}
 	posts, err := s.readOutboxes(ctx, rd, sources, limit, true)
 	if err != nil {
@@ -103,6 +165,9 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 type pageRead struct {
 	user    uint64
 	queries int // statements run
+	// pullAuthors are the followed authors whose outboxes the page merged
+	// above the floor, which a stream watches besides the inbox.
+	pullAuthors []uint64
 	// missing holds the authors whose database failed, and failed those
 	// databases, which the rest of the page does not ask again: a hung one
 	// costs a page SourceTimeout once.

@@ -93,6 +93,20 @@ func (m *feedModel) deleteAll(t testing.TB, h *harness, posts []feed.Post) {
 	runConcurrently(t, ops)
 }
 
+// deleteRandom deletes about one in n of the authors' posts, concurrently.
+func (m *feedModel) deleteRandom(t testing.TB, h *harness, r *rand.Rand, authors []uint64, n int) {
+	t.Helper()
+	var gone []feed.Post
+	for _, a := range authors {
+		for _, p := range m.posts[a] {
+			if r.IntN(n) == 0 {
+				gone = append(gone, p)
+			}
+		}
+	}
+	m.deleteAll(t, h, gone)
+}
+
 func (m *feedModel) publish(t testing.TB, h *harness, author, id uint64, at int64) feed.Post {
 	t.Helper()
 	p := h.publish(t, author, id, at)
@@ -399,15 +413,7 @@ func runFeedBruteForce(t *testing.T, seed uint64, activeDays int) {
 	m.publishAll(t, h, posts)
 	// Delete about one post in six, and change a few edges, one at a time:
 	// the same edge may change twice.
-	var gone []feed.Post
-	for _, a := range users {
-		for _, p := range m.posts[a] {
-			if r.IntN(6) == 0 {
-				gone = append(gone, p)
-			}
-		}
-	}
-	m.deleteAll(t, h, gone)
+	m.deleteRandom(t, h, r, users, 6)
 	for range 8 {
 		u, a := users[r.IntN(numUsers)], users[r.IntN(numUsers)]
 		switch {

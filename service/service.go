@@ -28,6 +28,8 @@ type Service struct {
 	draining atomic.Bool
 	// targets bounds the fan-out batches writing to each database.
 	targets *targetGate
+	// streams are the open feed streams and their watchers.
+	streams *streams
 }
 
 // New returns a Service. now is the clock (time.Now outside tests).
@@ -40,6 +42,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 	}
 	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup(),
 		targets: newTargetGate(cfg.Workers)}
+	s.streams = newStreams(s)
 	m.watchPools(st)
 	if cfg.PullCacheTTL > 0 {
 		s.cache = newOutboxCache(cfg.PullCacheTTL)

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/jmoiron/sqlx"
@@ -43,14 +44,17 @@ func claimUpdateSQL(t claimTable, rows int) string {
 type claimRow[T any] interface {
 	*T
 	claimKey() []any // the row's key values, in the order of claimTable.key
+	placingID() uint64
 	setToken(uint64)
 }
 
-// claim leases up to limit ready rows whose lease ended before now to token
-// until leaseUntil, and returns them carrying the token.
-func claim[T any, PT claimRow[T]](ctx context.Context, db *sqlx.DB, t claimTable, now, leaseUntil int64, limit int, token uint64) ([]T, error) {
+// claim leases up to limit ready rows of sh whose lease ended before now to
+// token until leaseUntil, and returns them carrying the token. Rows whose
+// key sh does not own are left alone: a database that gave virtual shards
+// up keeps its copies of their rows until cleanup.
+func claim[T any, PT claimRow[T]](ctx context.Context, s *Store, sh *Shard, t claimTable, now, leaseUntil int64, limit int, token uint64) ([]T, error) {
 	var got []T
-	err := inTx(ctx, db, func(tx *sqlx.Tx) error {
+	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
 		got = got[:0]
 		q := "SELECT " + t.cols + " FROM " + t.table + " WHERE " + t.ready +
 			" AND claimed_until < ? ORDER BY claimed_until LIMIT ? FOR UPDATE SKIP LOCKED"
@@ -58,6 +62,7 @@ func claim[T any, PT claimRow[T]](ctx context.Context, db *sqlx.DB, t claimTable
 		if err := sqlx.SelectContext(ctx, tx, &cand, q, now, limit); err != nil {
 			return err
 		}
+		cand = slices.DeleteFunc(cand, func(c T) bool { return s.ShardOf(PT(&c).placingID()) != sh })
 		if len(cand) == 0 {
 			return nil
 		}

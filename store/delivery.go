@@ -46,10 +46,12 @@ var deliveryClaims = claimTable{
 
 // ClaimDeliveries leases up to limit unplanned deliveries of the shard.
 func (s *Store) ClaimDeliveries(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]DeliveryJob, error) {
-	return claim[DeliveryJob](ctx, sh.pool(ctx), deliveryClaims, now, leaseUntil, limit, token)
+	return claim[DeliveryJob](ctx, s, sh, deliveryClaims, now, leaseUntil, limit, token)
 }
 
 func (j *DeliveryJob) claimKey() []any { return []any{j.ContentID} }
+
+func (j *DeliveryJob) placingID() uint64 { return j.AuthorID }
 
 func (j *DeliveryJob) setToken(token uint64) { j.Token = token }
 
@@ -373,6 +375,9 @@ func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uin
 		}
 		if err := sqlx.SelectContext(ctx, tx, &ready, nextTaskSQL(len(opt.Skip)), args...); err != nil || len(ready) == 0 {
 			return err
+		}
+		if s.ShardOf(ready[0].AuthorID) != sh {
+			return nil // a copy left by a reshard's cut-over, about to move (claim)
 		}
 		t = &ready[0]
 		t.Token = token

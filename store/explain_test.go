@@ -271,6 +271,13 @@ func TestExplainRangeScans(t *testing.T) {
 		// No keyset bound: a ref (or range) read of the key prefix, in order.
 		rangeScan(t, explain(t, sh, store.TrimBoundarySQL, 7, 100), "inbox", "ref", "range")
 	})
+	// A stream watcher's poll reads each watched user's newest entry: one
+	// seek at the end of the user's range, however long the inbox.
+	t.Run("stream watcher inbox tops", func(t *testing.T) {
+		t.Parallel()
+		q := store.InboxTopSQL + " UNION ALL " + store.InboxTopSQL
+		rangeScan(t, explain(t, sh, q, 7, 8), "inbox", "ref", "range")
+	})
 	t.Run("trim delete of several users", func(t *testing.T) {
 		t.Parallel()
 		// An OR of per-user keyset ranges stays a range read of the primary key.

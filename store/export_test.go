@@ -17,6 +17,7 @@ const (
 	ListFollowingSQL = listFollowingSQL
 	TrimBoundarySQL  = trimBoundaryPartSQL
 	TrimPartSQL      = trimPartSQL
+	InboxTopSQL      = inboxTopPartSQL
 )
 
 // NextTaskSQL is the query a worker's first batch claims a task with.
@@ -39,7 +40,9 @@ func ClaimUpdateSQL(table string, n int) string {
 // token without running a batch, as RunNextTask leaves a task its first
 // batch did not finish: tests drive such tasks batch by batch.
 func (s *Store) ClaimTasks(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]Task, error) {
-	return claim[Task](ctx, sh.DB, taskClaims, now, leaseUntil, limit, token)
+	return claim[Task](ctx, s, sh, taskClaims, now, leaseUntil, limit, token)
 }
 
 func (j *Task) setToken(token uint64) { j.Token = token }
+
+func (j *Task) placingID() uint64 { return j.AuthorID }

@@ -159,10 +159,12 @@ var followEventClaims = claimTable{
 
 // ClaimFollowEvents leases up to limit follow events of the shard.
 func (s *Store) ClaimFollowEvents(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]FollowEvent, error) {
-	return claim[FollowEvent](ctx, sh.pool(ctx), followEventClaims, now, leaseUntil, limit, token)
+	return claim[FollowEvent](ctx, s, sh, followEventClaims, now, leaseUntil, limit, token)
 }
 
 func (j *FollowEvent) claimKey() []any { return []any{j.UserID, j.AuthorID} }
+
+func (j *FollowEvent) placingID() uint64 { return j.UserID }
 
 func (j *FollowEvent) setToken(token uint64) { j.Token = token }
 
@@ -277,10 +279,12 @@ var switchClaims = claimTable{
 
 // ClaimSwitches leases up to limit authors of the shard that are switching mode.
 func (s *Store) ClaimSwitches(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]SwitchJob, error) {
-	return claim[SwitchJob](ctx, sh.pool(ctx), switchClaims, now, leaseUntil, limit, token)
+	return claim[SwitchJob](ctx, s, sh, switchClaims, now, leaseUntil, limit, token)
 }
 
 func (j *SwitchJob) claimKey() []any { return []any{j.AuthorID} }
+
+func (j *SwitchJob) placingID() uint64 { return j.AuthorID }
 
 func (j *SwitchJob) setToken(token uint64) { j.Token = token }
 

@@ -394,3 +394,40 @@ WHERE user_id = ? AND publish_time < 9223372036854775807 ORDER BY publish_time D
 	}
 	return out, nil
 }
+
+// inboxTopPartSQL is one user's part of an InboxTops statement: the newest
+// entry below the header, one seek at the end of the user's range.
+const inboxTopPartSQL = `(SELECT user_id, publish_time, content_id FROM inbox
+WHERE user_id = ? AND publish_time < 9223372036854775807 ORDER BY publish_time DESC, content_id DESC LIMIT 1)`
+
+// InboxTops returns the key of the newest inbox entry of each user that
+// has one, with one statement per trimChunk users of a shard: what a
+// stream watcher compares between polls to notice new entries. It also
+// returns the statements run.
+func (s *Store) InboxTops(ctx context.Context, users []uint64) (map[uint64]feed.Key, int, error) {
+	tops := make(map[uint64]feed.Key, len(users))
+	statements := 0
+	for sh, ids := range s.groupByShard(users) {
+		for start := 0; start < len(ids); start += trimChunk {
+			chunk := ids[start:min(start+trimChunk, len(ids))]
+			parts := make([]string, len(chunk))
+			args := make([]any, len(chunk))
+			for i, u := range chunk {
+				parts[i], args[i] = inboxTopPartSQL, u
+			}
+			var rows []struct {
+				UserID uint64 `db:"user_id"`
+				T      int64  `db:"publish_time"`
+				ID     uint64 `db:"content_id"`
+			}
+			statements++
+			if err := sqlx.SelectContext(ctx, sh.pool(ctx), &rows, strings.Join(parts, " UNION ALL "), args...); err != nil {
+				return nil, statements, wrap("inbox tops", err)
+			}
+			for _, r := range rows {
+				tops[r.UserID] = feed.Key{PublishTime: r.T, ContentID: r.ID}
+			}
+		}
+	}
+	return tops, statements, nil
+}

@@ -318,9 +318,9 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 		}
 		return 0
 	})
-	before := map[uint64]feed.Key{}
+	bySource := map[uint64]PullSource{}
 	for _, src := range sources {
-		before[src.AuthorID] = src.Before
+		bySource[src.AuthorID] = src
 	}
 	var from feed.Key
 	if len(heads.Posts) >= limit {
@@ -331,7 +331,11 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 		if h.Key().Less(from) {
 			break
 		}
-		next = append(next, PullSource{AuthorID: h.AuthorID, Before: before[h.AuthorID], From: from})
+		src := bySource[h.AuthorID]
+		if src.From.Less(from) {
+			src.From = from
+		}
+		next = append(next, src)
 	}
 	out, err := s.PullPosts(ctx, next, limit, shardTimeout)
 	if err != nil {

@@ -54,6 +54,11 @@ type options struct {
 	// Phase D.
 	Optimize bool
 
+	// Phase S.
+	Streams     int           // streams open at once
+	StreamIdle  time.Duration // the window their idle cost is measured over
+	StreamPosts int           // posts timed to their events
+
 	// Phase R.
 	ReshardUsers     int // users of the source database
 	ReshardInboxRows int // inbox rows per user there
@@ -64,7 +69,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		Out:              "docs/BENCHMARKS.md",
-		Phases:           "ABCDR",
+		Phases:           "ABCDRS",
 		Seed:             1,
 		Users:            10000,
 		InboxRows:        300,
@@ -88,6 +93,9 @@ func defaultOptions() options {
 		Optimize:         true,
 		ReshardUsers:     3000,
 		ReshardInboxRows: 100,
+		Streams:          2000,
+		StreamIdle:       10 * time.Second,
+		StreamPosts:      200,
 	}
 }
 
@@ -109,6 +117,9 @@ var quickSizes = map[string]string{
 	"slices":             "2",
 	"reshard-users":      "100",
 	"reshard-inbox-rows": "10",
+	"streams":            "20",
+	"stream-idle":        "500ms",
+	"stream-posts":       "3",
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -119,7 +130,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Out, "out", o.Out, "report file to write")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the benchmark database instead of dropping it")
 	fs.BoolVar(&o.Quick, "quick", false, "tiny sizes: a smoke run of a few seconds")
-	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk), R (reshard)")
+	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk), R (reshard), S (streams)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the data generator")
 	fs.IntVar(&o.Users, "users", o.Users, "users with a loaded inbox")
 	fs.IntVar(&o.InboxRows, "inbox-rows", o.InboxRows, "inbox rows loaded per user")
@@ -143,6 +154,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.Optimize, "optimize", o.Optimize, "D: also measure the inbox after OPTIMIZE TABLE")
 	fs.IntVar(&o.ReshardUsers, "reshard-users", o.ReshardUsers, "R: users of the source database, each following the loaded rows' authors")
 	fs.IntVar(&o.ReshardInboxRows, "reshard-inbox-rows", o.ReshardInboxRows, "R: inbox rows loaded per user of the source database (and posts per author)")
+	fs.IntVar(&o.Streams, "streams", o.Streams, "S: feed streams open at once")
+	fs.DurationVar(&o.StreamIdle, "stream-idle", o.StreamIdle, "S: how long the open streams' idle cost is measured")
+	fs.IntVar(&o.StreamPosts, "stream-posts", o.StreamPosts, "S: posts timed from publish to their stream event")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -188,8 +202,10 @@ func (o options) validate() error {
 		return fmt.Errorf("-duration must be > 0 and -warmup >= 0")
 	case o.ReshardUsers < 1 || o.ReshardInboxRows < 1:
 		return fmt.Errorf("-reshard-users and -reshard-inbox-rows must be >= 1")
-	case strings.Trim(o.Phases, "ABCDR") != "":
-		return fmt.Errorf("-phases takes letters of ABCDR, got %q", o.Phases)
+	case strings.Trim(o.Phases, "ABCDRS") != "":
+		return fmt.Errorf("-phases takes letters of ABCDRS, got %q", o.Phases)
+	case o.Streams < 1 || o.Streams > o.Users || o.StreamPosts < 1 || o.StreamIdle <= 0:
+		return fmt.Errorf("-streams must be in 1..-users (%d), -stream-posts >= 1 and -stream-idle > 0", o.Users)
 	}
 	return nil
 }

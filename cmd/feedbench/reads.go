@@ -112,6 +112,13 @@ func (b *bench) reads(ctx context.Context) error {
 		return true, nil
 	}
 
+	// An unread count is one request whatever the count, so a session is
+	// one count.
+	unreadPager := func(ctx context.Context, s *session) (bool, error) {
+		_, err := api.Marker(ctx, s.user)
+		return false, err
+	}
+
 	type runSpec struct {
 		key        string
 		name       string
@@ -129,6 +136,8 @@ func (b *bench) reads(ctx context.Context) error {
 		{key: readClient, name: "diagnostic: inbox-only readers, HTTP through the typed Go client (httpapi/client: net/http transport, every item decoded by encoding/json)", users: inboxOnly, read: clientPager, diagnostic: true},
 		{key: readFew, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullFew), users: fewPull, read: httpPager},
 		{key: readMany, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullMany), users: manyPull, read: httpPager},
+		{key: readUnread, name: fmt.Sprintf("unread counts, marker %d items down, inbox-only readers, HTTP through the typed Go client", markerDepth), users: inboxOnly, read: unreadPager},
+		{key: readUnreadFew, name: fmt.Sprintf("unread counts, marker %d items down, readers following %d pull authors, HTTP through the typed Go client", markerDepth, pullFew), users: fewPull, read: unreadPager},
 	}
 	// The runs take turns in short slices, so a burst of other load on a
 	// shared machine falls on all of them alike rather than on one.
@@ -263,8 +272,26 @@ func (b *bench) setupReaders(ctx context.Context, inboxOnly, fewPull, manyPull [
 			return err
 		}
 	}
-	b.log.Info("feedbench: C pull authors ready", "seconds", time.Since(start).Seconds())
+	// Unread counts are measured for readers a few pages behind: each
+	// marker sits at the markerDepth-th item of the reader's feed.
+	for _, u := range slices.Concat(inboxOnly, fewPull) {
+		page, err := b.stack.svc.Feed(ctx, u, feed.Page{Limit: markerDepth})
+		if err != nil {
+			return err
+		}
+		if page.Next == "" {
+			continue
+		}
+		if _, err := b.stack.svc.SetMarker(ctx, u, page.Next); err != nil {
+			return err
+		}
+	}
+	b.log.Info("feedbench: C pull authors and markers ready", "seconds", time.Since(start).Seconds())
 	return nil
 }
+
+// markerDepth is how far below the top of their feeds the readers of the
+// unread-count runs have their markers: two pages.
+const markerDepth = 2 * pageLimit
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

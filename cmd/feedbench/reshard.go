@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"gopkg.in/yaml.v3"
 
+	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/reshard"
 	"github.com/feedhq/feed/store/storetest"
@@ -44,6 +47,20 @@ type reshardResult struct {
 	CeilingRows int64
 	CeilingIDs  time.Duration // reading the keys' ids and picking the moving ones
 	Ceiling     time.Duration // the INSERT … SELECT statements
+
+	// The load that runs on the source before and during the apply.
+	Before, During reshardLoadResult
+	Pauses         []time.Duration // each cut-over's, as apply reports it
+}
+
+// reshardLoadResult counts what the load did over a window.
+type reshardLoadResult struct {
+	Window  time.Duration
+	Reads   int64 // feed pages read
+	Writes  int64 // read marks written
+	Fenced  int64 // writes refused as stale (503 in the API), retried
+	Failed  int64 // other errors
+	Readers int
 }
 
 // progressTally sums reshard's progress reports per step. A report carries
@@ -111,12 +128,29 @@ func (b *bench) resharding(ctx context.Context) (err error) {
 		return err
 	}
 
-	m, err := reshardMap(b.dsnOf(srcName), b.dsnOf(dstName))
+	// The service's store, routing by the layout in force and following
+	// the cut-over as feedd serve does, carries a load meanwhile.
+	live, err := store.Open(reshardMap(b.dsnOf(srcName), b.dsnOf(dstName), false))
 	if err != nil {
 		return err
 	}
+	defer live.Close()
+	if err := live.Migrate(ctx, b.log); err != nil {
+		return err
+	}
+	if err := live.CheckLayout(ctx); err != nil {
+		return err
+	}
+	users := make([]uint64, o.ReshardUsers)
+	for i := range users {
+		users[i] = loadedUser(i)
+	}
+	stopLoad := b.reshardLoad(ctx, live, users)
+	time.Sleep(reshardLoadWindow)
+	res.Before = stopLoad()
+
 	tally := &progressTally{steps: map[string]*stepResult{}, last: map[string]time.Time{}}
-	r, err := reshard.Open(ctx, m, reshard.Options{
+	r, err := reshard.Open(ctx, reshardMap(b.dsnOf(srcName), b.dsnOf(dstName), true), reshard.Options{
 		Progress: tally.add,
 		Log:      slog.New(slog.DiscardHandler),
 	})
@@ -124,19 +158,27 @@ func (b *bench) resharding(ctx context.Context) (err error) {
 		return err
 	}
 	defer r.Close()
+	stopLoad = b.reshardLoad(ctx, live, users)
 	start = time.Now()
-	if err := r.Apply(ctx, nil); err != nil {
+	err = r.Apply(ctx, func(rep reshard.Report) { res.Pauses = append(res.Pauses, rep.Pause) })
+	end := time.Now()
+	res.During = stopLoad()
+	if err != nil {
 		return err
 	}
-	end := time.Now()
 	res.Apply = end.Sub(start)
 	copied, verified := tally.last["copy"], tally.last["verify"]
 	res.Copy, res.Verify = *tally.steps["copy"], *tally.steps["verify"]
 	res.Copy.Time, res.Verify.Time, res.CutOver = copied.Sub(start), verified.Sub(copied), end.Sub(verified)
 	b.log.Info("feedbench: R applied", "rows_copied", res.Copy.Moved, "copy_seconds", res.Copy.Time.Seconds(),
 		"verify_seconds", res.Verify.Time.Seconds(), "apply_seconds", res.Apply.Seconds())
-	if res.Copy.Moved != res.CeilingRows {
+	// The load's read marks may add header rows after the ceiling ran;
+	// the copy must miss none.
+	if res.Copy.Moved < res.CeilingRows {
 		return fmt.Errorf("phase R: reshard copied %d rows, the raw copy %d", res.Copy.Moved, res.CeilingRows)
+	}
+	if res.During.Failed > 0 || res.Before.Failed > 0 {
+		return fmt.Errorf("phase R: %d reads or writes failed during the reshard (other than refused as stale)", res.During.Failed+res.Before.Failed)
 	}
 
 	start = time.Now()
@@ -159,22 +201,90 @@ func (b *bench) dsnOf(database string) string {
 	return c.FormatDSN()
 }
 
-// reshardMap is the map a reshard to two databases reads: the source keeps
-// virtual shards below reshardFirstMoved, the second takes the rest.
-func reshardMap(mainDSN, secondDSN string) (*store.ShardMap, error) {
+// reshardMap lists both databases: with moved set it is the map a reshard
+// to two databases reads (the source keeps virtual shards below
+// reshardFirstMoved, the second takes the rest); without, the one-database
+// layout with the second listed for the cut-over to route to.
+func reshardMap(mainDSN, secondDSN string, moved bool) *store.ShardMap {
 	last := store.DefaultVirtualShards - 1
-	y, err := yaml.Marshal(store.ShardMap{
+	m := &store.ShardMap{
 		VirtualShards: store.DefaultVirtualShards,
 		Databases:     map[string]store.DatabaseConfig{"main": {DSN: mainDSN}, "second": {DSN: secondDSN}},
-		Ranges: []store.RangeConfig{
+		Ranges:        []store.RangeConfig{{VShards: fmt.Sprintf("0-%d", last), Database: "main"}},
+	}
+	if moved {
+		m.Ranges = []store.RangeConfig{
 			{VShards: fmt.Sprintf("0-%d", reshardFirstMoved-1), Database: "main"},
 			{VShards: fmt.Sprintf("%d-%d", reshardFirstMoved, last), Database: "second"},
-		},
-	})
-	if err != nil {
-		return nil, err
+		}
 	}
-	return store.ParseShardMap(y)
+	return m
+}
+
+// reshardLoadWindow is how long the load runs before the reshard, for the
+// rate it is compared with.
+const reshardLoadWindow = 5 * time.Second
+
+// reshardReaders read feed pages side by side; one writer marks feeds
+// read, a write of the user's header row in inbox, which the reshard
+// captures and, at the cut-over, fences.
+const reshardReaders = 2
+
+// reshardLoad runs readers and a writer on st until stop, which returns
+// what they did. A refresher routes st by the layout a cut-over records,
+// as feedd serve's does.
+func (b *bench) reshardLoad(ctx context.Context, st *store.Store, users []uint64) (stop func() reshardLoadResult) {
+	ctx, cancel := context.WithCancel(ctx)
+	var res reshardLoadResult
+	var reads, writes, fenced, failed atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-st.Stale():
+				_, _ = st.Refresh(ctx)
+			}
+		}
+	})
+	count := func(err error, ok *atomic.Int64) {
+		switch {
+		case err == nil:
+			ok.Add(1)
+		case ctx.Err() != nil:
+		case feed.ErrorCode(err) == feed.EUNAVAILABLE:
+			fenced.Add(1)
+		default:
+			failed.Add(1)
+			b.log.Warn("feedbench: R load", "err", err)
+		}
+	}
+	for i := range reshardReaders {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 1))
+			for ctx.Err() == nil {
+				_, err := st.ReadFeed(ctx, users[rng.IntN(len(users))], store.Top, 20)
+				count(err, &reads)
+			}
+		})
+	}
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(99, 1))
+		for ctx.Err() == nil {
+			now := time.Now().UnixMilli()
+			count(st.MarkRead(ctx, users[rng.IntN(len(users))], now, now, 0), &writes)
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
+	start := time.Now()
+	return func() reshardLoadResult {
+		res.Window = time.Since(start)
+		cancel()
+		wg.Wait()
+		res.Reads, res.Writes, res.Fenced, res.Failed, res.Readers = reads.Load(), writes.Load(), fenced.Load(), failed.Load(), reshardReaders
+		return res
+	}
 }
 
 const (

@@ -138,11 +138,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 
 // phases loads the data and runs the phases asked for, in an order that
 // gives each the table it needs: D on the freshly loaded inbox, C before
-// fan-out trims any inbox, A on full inboxes, B after them. R, on databases
+// fan-out trims any inbox, S on the loaded users' own feeds, A on full
+// inboxes, B after them. R, on databases
 // of its own, goes last; run alone it needs no loaded inboxes.
 func (b *bench) phases(ctx context.Context) error {
 	b.data = newDataset(b.opt.Users, time.Now())
-	if strings.ContainsAny(b.opt.Phases, "ABCD") {
+	if strings.ContainsAny(b.opt.Phases, "ABCDS") {
 		if err := b.load(ctx); err != nil {
 			return err
 		}
@@ -156,6 +157,11 @@ func (b *bench) phases(ctx context.Context) error {
 	}
 	if b.opt.runs('C') {
 		if err := b.reads(ctx); err != nil {
+			return err
+		}
+	}
+	if b.opt.runs('S') {
+		if err := b.streamsPhase(ctx); err != nil {
 			return err
 		}
 	}

@@ -69,6 +69,7 @@ func startStack(st *store.Store, cfg service.Config, log *slog.Logger) (*stack, 
 func (s *stack) close() error {
 	var errs []error
 	if s.echo != nil {
+		s.svc.CloseStreams()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		errs = append(errs, s.echo.Shutdown(ctx))
 		cancel()

@@ -224,8 +224,8 @@ func (m *Main) Addr() string {
 }
 
 // Close stops in order: /readyz turns 503 while requests are still served
-// for the drain delay, the HTTP server closes its listener and finishes
-// requests in flight, the workers stop claiming, finish their batches and
+// for the drain delay, streams end, the HTTP server closes its listener and
+// finishes requests in flight, the workers stop claiming, finish their batches and
 // release their claims, then the pools close.
 func (m *Main) Close() error {
 	var errs []error
@@ -236,6 +236,10 @@ func (m *Main) Close() error {
 		m.svc.Drain()
 		m.Log.Info("feedd: draining", "drain_delay", m.Config.DrainDelay.String())
 		time.Sleep(m.Config.DrainDelay)
+		// Streams never finish on their own: end them, so that their
+		// clients reconnect elsewhere and resume, and Shutdown need not
+		// wait for them.
+		m.svc.CloseStreams()
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		errs = append(errs, m.echo.Shutdown(ctx))
 		cancel()

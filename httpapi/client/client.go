@@ -3,6 +3,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 )
 
 // Client calls one feed service.
@@ -43,6 +45,7 @@ type Post struct {
 type Page[T any] struct {
 	Items          []T      `json:"items"`
 	NextCursor     *string  `json:"next_cursor"`
+	TopCursor      *string  `json:"top_cursor"` // feed pages only
 	Partial        bool     `json:"partial"`
 	MissingAuthors []string `json:"missing_authors"`
 }
@@ -173,6 +176,116 @@ func getPage[T any](ctx context.Context, c *Client, path string, limit int, curs
 	var p Page[T]
 	_, err := c.do(ctx, http.MethodGet, path, q, nil, &p)
 	return p, err
+}
+
+// Marker is a user's read marker with the unread count above it.
+type Marker struct {
+	Cursor       *string `json:"cursor"`
+	UpdatedAt    *int64  `json:"updated_at"`
+	Unread       int     `json:"unread"`
+	UnreadCapped bool    `json:"unread_capped"`
+}
+
+// Marker returns the user's read marker and unread count.
+func (c *Client) Marker(ctx context.Context, user uint64) (m Marker, err error) {
+	_, err = c.do(ctx, http.MethodGet, "/v1/users/"+strconv.FormatUint(user, 10)+"/feed/marker", nil, nil, &m)
+	return m, err
+}
+
+// StreamRequest says where a feed stream starts and how it authenticates.
+type StreamRequest struct {
+	LastEventID string // sent as the Last-Event-ID header when set
+	Since       string
+	// TokenInQuery sends the token as ?access_token=, as a browser's
+	// EventSource must, instead of the Authorization header.
+	TokenInQuery bool
+}
+
+// Event is one item of a feed stream; ID is its feed position.
+type Event struct {
+	ID   string
+	Post Post
+}
+
+// Stream opens the user's feed stream and returns its items as they
+// arrive. The channel closes when ctx ends or the server ends the stream.
+// The client's own timeout does not apply: a stream has no end.
+func (c *Client) Stream(ctx context.Context, user uint64, sr StreamRequest) (<-chan Event, error) {
+	q := url.Values{}
+	if sr.Since != "" {
+		q.Set("since", sr.Since)
+	}
+	if sr.TokenInQuery && c.token != "" {
+		q.Set("access_token", c.token)
+	}
+	u := c.base + "/v1/users/" + strconv.FormatUint(user, 10) + "/feed/stream"
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" && !sr.TokenInQuery {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if sr.LastEventID != "" {
+		req.Header.Set("Last-Event-ID", sr.LastEventID)
+	}
+	hc := *c.http
+	hc.Timeout = 0
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer resp.Body.Close()
+		var env struct {
+			Error Error `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&env)
+		env.Error.Status = resp.StatusCode
+		return nil, &env.Error
+	}
+	events := make(chan Event, 64)
+	go func() {
+		defer close(events)
+		defer resp.Body.Close()
+		readEvents(ctx, resp.Body, events)
+	}()
+	return events, nil
+}
+
+// readEvents parses Server-Sent Events of kind item from r into events,
+// skipping comments and other fields, until r ends, holds a malformed item
+// or ctx ends.
+func readEvents(ctx context.Context, r io.Reader, events chan<- Event) {
+	sc := bufio.NewScanner(r)
+	var id, kind, data string
+	for sc.Scan() {
+		field, value, _ := strings.Cut(sc.Text(), ": ")
+		switch field {
+		case "id":
+			id = value
+		case "event":
+			kind = value
+		case "data":
+			data = value
+		case "":
+			if kind == "item" {
+				e := Event{ID: id}
+				if json.Unmarshal([]byte(data), &e.Post) != nil {
+					return
+				}
+				select {
+				case events <- e:
+				case <-ctx.Done():
+					return
+				}
+			}
+			id, kind, data = "", "", ""
+		}
+	}
 }
 
 // do sends a request and decodes a JSON answer into out; an error status

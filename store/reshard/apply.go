@@ -128,9 +128,22 @@ func (r *Reshard) Apply(ctx context.Context, report func(Report)) error {
 		return err
 	}
 	// A run cut short right after a cut-over recorded the epoch on the
-	// source only.
+	// source only, and may have left its work queues there.
 	if err := r.recordEverywhere(ctx); err != nil {
 		return err
+	}
+	for _, name := range r.names {
+		tables, err := describe(ctx, r.dbs[name])
+		if err != nil {
+			return fmt.Errorf("reshard: database %s: %w", name, err)
+		}
+		byName := map[string]table{}
+		for _, t := range tables {
+			byName[t.name] = t
+		}
+		if err := r.settleClaimable(ctx, name, byName); err != nil {
+			return err
+		}
 	}
 	for len(r.Moves) > 0 {
 		step := r.stepFrom(r.Moves[0].From)
@@ -149,7 +162,7 @@ func (r *Reshard) Apply(ctx context.Context, report func(Report)) error {
 	}
 	for _, name := range r.names {
 		for _, q := range []string{captureOff, clearChangesSQL, unmarkSQL} {
-			if _, err := r.dbs[name].ExecContext(ctx, q); err != nil {
+			if err := r.exec(ctx, name, q); err != nil {
 				return fmt.Errorf("reshard: database %s: %w", name, err)
 			}
 		}
@@ -171,7 +184,7 @@ func (r *Reshard) mark(ctx context.Context, target string) error {
 	}
 	now := time.Now().UnixMilli()
 	for _, name := range r.names {
-		if _, err := r.dbs[name].ExecContext(ctx, markSQL, target, now); err != nil {
+		if err := r.exec(ctx, name, markSQL, target, now); err != nil {
 			return fmt.Errorf("reshard: database %s: %w", name, err)
 		}
 		// A database new to the deployment takes its name now.
@@ -229,8 +242,7 @@ func (r *Reshard) move(ctx context.Context) (Report, error) {
 		byName[t.name] = t
 	}
 	setPhase := func(phase string) error {
-		_, err := r.dbs[src].ExecContext(ctx, phaseSQL, phase)
-		return err
+		return r.exec(ctx, src, phaseSQL, phase)
 	}
 	if err := setPhase("copy"); err != nil {
 		return rep, err
@@ -329,14 +341,10 @@ const (
 	cutLayoutSQL = `INSERT IGNORE INTO shard_map (epoch, layout, adopted_at) VALUES (?, ?, ?)`
 )
 
-// parkSwitchSQL keeps the source's copy of a moved author that switches
-// to pull from being claimed (authors is data, not a queue: Cleanup
-// deletes it).
-const parkSwitchSQL = `UPDATE authors SET claimed_until = 9223372036854775807 WHERE author_id = ?`
-
 // cutOver takes the source's fence, which holds its writes; applies the
-// last captured writes; drops the source's copies of moved queue rows;
-// and records the next epoch's layout in the fence's transaction.
+// last captured writes; records the next epoch's layout in the fence's
+// transaction; then moves the source's claimable rows of the moved virtual
+// shards (settleClaimable).
 func (r *Reshard) cutOver(ctx context.Context, src string, dbs []string, tables map[string]table, rep Report) (Report, error) {
 	conn, err := r.dbs[src].Connx(ctx)
 	if err != nil {
@@ -365,11 +373,6 @@ func (r *Reshard) cutOver(ctx context.Context, src string, dbs []string, tables 
 			return rep, err
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(claims)) {
-		if err := r.moveClaimable(ctx, tx, tables[name]); err != nil {
-			return rep, fmt.Errorf("reshard: database %s: %s: %w", src, name, err)
-		}
-	}
 	if _, err := tx.ExecContext(ctx, cutLayoutSQL, rep.Epoch, r.Target(), time.Now().UnixMilli()); err != nil {
 		return rep, err
 	}
@@ -377,59 +380,74 @@ func (r *Reshard) cutOver(ctx context.Context, src string, dbs []string, tables 
 		return rep, fmt.Errorf("reshard: database %s: cut over: %w", src, err)
 	}
 	rep.Pause, rep.Caught = time.Since(start), d.applied
+	r.inForce = slices.Clone(r.target)
+	if err := r.settleClaimable(ctx, src, tables); err != nil {
+		return rep, err
+	}
 	for _, name := range dbs[1:] {
 		for _, q := range []string{captureOff, clearChangesSQL} {
-			if _, err := r.dbs[name].ExecContext(ctx, q); err != nil {
+			if err := r.exec(ctx, name, q); err != nil {
 				return rep, fmt.Errorf("reshard: database %s: %w", name, err)
 			}
 		}
 	}
-	_, err = r.dbs[src].ExecContext(ctx, clearChangesSQL)
-	return rep, err
+	return rep, r.exec(ctx, src, clearChangesSQL)
 }
 
-// moveClaimable copies, in the cut-over's pause, the source's claimable
-// rows of t of moving virtual shards to their targets, then deletes them
-// from the source in the cut-over's transaction (or, for authors, keeps
-// them from being claimed there), so that workers take them up on the
-// target only.
-func (r *Reshard) moveClaimable(ctx context.Context, tx *sqlx.Tx, t table) error {
-	byTarget := map[string][][]any{}
-	_, err := scanBatch(ctx, tx, "SELECT "+quoted(t.cols)+" FROM `"+t.name+"` WHERE "+claims[t.name].sql, nil, len(t.cols), func(row []any) error {
-		id, err := placingID(row[t.key])
-		if err != nil {
-			return err
-		}
-		if v := r.vshard(id); r.inForce[v] != r.target[v] && t.claimable(row) {
-			byTarget[r.target[v]] = append(byTarget[r.target[v]], row)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	head := "REPLACE INTO `" + t.name + "` (" + quoted(t.cols) + ")"
-	for to, rows := range byTarget {
-		if _, err := store.InsertRows(ctx, r.dbs[to], head, len(t.cols), "", len(rows), func(i int) []any { return rows[i] }); err != nil {
-			return err
-		}
-		for chunk := range slices.Chunk(rows, r.opt.BatchSize) {
-			keys := make([][]any, len(chunk))
-			for i, row := range chunk {
-				for _, c := range t.pk {
-					keys[i] = append(keys[i], row[c])
-				}
+// retireSwitchSQL ends the switch of a moved author's copy on the database
+// it left, once the switch moved: authors is data, which Cleanup deletes.
+const retireSwitchSQL = `UPDATE authors SET mode = 0 WHERE author_id = ? AND mode = 1`
+
+// settleClaimable moves the claimable rows database name holds of virtual
+// shards the layout in force places elsewhere to their owners: after a
+// cut-over, its source's work queues. Workers leave such rows alone (a
+// claim takes only rows its database owns), so nothing changes them
+// meanwhile; the cut-over's transaction holds no row but the fence's, and
+// writers waiting on the fence cannot deadlock with it. Each row is written
+// to its owner, then deleted from name (an author's switch is ended there
+// instead): run again after a crash, it moves what is left.
+func (r *Reshard) settleClaimable(ctx context.Context, name string, tables map[string]table) error {
+	for _, tn := range slices.Sorted(maps.Keys(claims)) {
+		t := tables[tn]
+		byOwner := map[string][][]any{}
+		_, err := scanBatch(ctx, r.dbs[name], "SELECT "+quoted(t.cols)+" FROM `"+t.name+"` WHERE "+claims[t.name].sql, nil, len(t.cols), func(row []any) error {
+			id, err := placingID(row[t.key])
+			if err != nil {
+				return err
 			}
-			if t.name == "authors" {
-				for _, k := range keys {
-					if _, err := tx.ExecContext(ctx, parkSwitchSQL, k[0]); err != nil {
-						return err
+			if owner := r.inForce[r.vshard(id)]; owner != name && t.claimable(row) {
+				byOwner[owner] = append(byOwner[owner], row)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("reshard: database %s: %s: %w", name, t.name, err)
+		}
+		head := "REPLACE INTO `" + t.name + "` (" + quoted(t.cols) + ")"
+		for owner, rows := range byOwner {
+			for chunk := range slices.Chunk(rows, r.opt.BatchSize) {
+				if err := retryLocked(ctx, func() error {
+					_, err := store.InsertRows(ctx, r.dbs[owner], head, len(t.cols), "", len(chunk), func(i int) []any { return chunk[i] })
+					return err
+				}); err != nil {
+					return fmt.Errorf("reshard: database %s: %s: %w", owner, t.name, err)
+				}
+				keys := make([][]any, len(chunk))
+				for i, row := range chunk {
+					for _, c := range t.pk {
+						keys[i] = append(keys[i], row[c])
 					}
 				}
-				continue
-			}
-			if err := deleteKeys(ctx, tx, t, keys); err != nil {
-				return err
+				for _, k := range keys {
+					if t.name == "authors" {
+						err = r.exec(ctx, name, retireSwitchSQL, k[0])
+					} else {
+						err = retryLocked(ctx, func() error { return deleteKeys(ctx, r.dbs[name], t, [][]any{k}) })
+					}
+					if err != nil {
+						return fmt.Errorf("reshard: database %s: %s: %w", name, t.name, err)
+					}
+				}
 			}
 		}
 	}
@@ -689,7 +707,7 @@ func (r *Reshard) Abort(ctx context.Context) error {
 	// writers with them until Cleanup.
 	for _, name := range r.names {
 		for _, q := range []string{captureOff, clearChangesSQL} {
-			if _, err := r.dbs[name].ExecContext(ctx, q); err != nil {
+			if err := r.exec(ctx, name, q); err != nil {
 				return fmt.Errorf("reshard: database %s: %w", name, err)
 			}
 		}
@@ -702,7 +720,7 @@ func (r *Reshard) Abort(ctx context.Context) error {
 		}
 	}
 	for _, name := range r.names {
-		if _, err := r.dbs[name].ExecContext(ctx, unmarkSQL); err != nil {
+		if err := r.exec(ctx, name, unmarkSQL); err != nil {
 			return fmt.Errorf("reshard: database %s: %w", name, err)
 		}
 	}
@@ -751,15 +769,20 @@ func (r *Reshard) deleteWhere(ctx context.Context, step string, gone func(name s
 			byID := t.pk[0] == t.key
 			var keys [][]any
 			var ids []any
+			// Workers may hold the rows (a push through a stale follow
+			// edge): a deadlock runs the batch again.
 			del := func() error {
-				var err error
-				switch {
-				case len(ids) > 0:
-					_, err = db.ExecContext(ctx, "DELETE FROM `"+t.name+"` WHERE `"+t.cols[t.key]+"` IN (?"+
-						strings.Repeat(",?", len(ids)-1)+")", ids...)
-				case len(keys) > 0:
-					err = deleteKeys(ctx, db, t, keys)
-				}
+				err := retryLocked(ctx, func() error {
+					var err error
+					switch {
+					case len(ids) > 0:
+						_, err = db.ExecContext(ctx, "DELETE FROM `"+t.name+"` WHERE `"+t.cols[t.key]+"` IN (?"+
+							strings.Repeat(",?", len(ids)-1)+")", ids...)
+					case len(keys) > 0:
+						err = deleteKeys(ctx, db, t, keys)
+					}
+					return err
+				})
 				keys, ids = keys[:0], ids[:0]
 				return err
 			}

@@ -100,10 +100,7 @@ func (r *Reshard) startCapture(ctx context.Context, name string) error {
 	db := r.dbs[name]
 	// Writers hold the fence row's shared lock while triggers exist (a run
 	// cut short): the update may deadlock with them, and runs again.
-	if err := retryLocked(ctx, func() error {
-		_, err := db.ExecContext(ctx, fenceSQL, r.epoch)
-		return err
-	}); err != nil {
+	if err := r.exec(ctx, name, fenceSQL, r.epoch); err != nil {
 		return fmt.Errorf("reshard: database %s: fence: %w", name, err)
 	}
 	var on int
@@ -112,10 +109,7 @@ func (r *Reshard) startCapture(ctx context.Context, name string) error {
 	}
 	if on == 0 {
 		for _, q := range []string{clearChangesSQL, "UPDATE layout_fence SET capture = 1 WHERE id = 0"} {
-			if err := retryLocked(ctx, func() error {
-				_, err := db.ExecContext(ctx, q)
-				return err
-			}); err != nil {
+			if err := r.exec(ctx, name, q); err != nil {
 				return fmt.Errorf("reshard: database %s: start capture: %w", name, err)
 			}
 		}
@@ -191,6 +185,15 @@ func ddlConn(ctx context.Context, db *sqlx.DB) (*sqlx.Conn, error) {
 func retryDDL(ctx context.Context, conn *sqlx.Conn, q string) error {
 	return retryLocked(ctx, func() error {
 		_, err := conn.ExecContext(ctx, q)
+		return err
+	})
+}
+
+// exec runs a statement on a database, again after a deadlock or a lock
+// wait timeout (retryLocked).
+func (r *Reshard) exec(ctx context.Context, name, q string, args ...any) error {
+	return retryLocked(ctx, func() error {
+		_, err := r.dbs[name].ExecContext(ctx, q, args...)
 		return err
 	})
 }
@@ -306,7 +309,7 @@ func (r *Reshard) drain(ctx context.Context, name string, tables map[string]tabl
 			}
 			out.applied += n
 		}
-		if _, err := db.ExecContext(ctx, "DELETE FROM reshard_changes WHERE seq IN (?"+strings.Repeat(",?", len(seqs)-1)+")", seqs...); err != nil {
+		if err := r.exec(ctx, name, "DELETE FROM reshard_changes WHERE seq IN (?"+strings.Repeat(",?", len(seqs)-1)+")", seqs...); err != nil {
 			return err
 		}
 		if !all && batch[len(batch)-1].seq >= until {

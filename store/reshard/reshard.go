@@ -37,6 +37,7 @@ var Keyed = []KeyedTable{
 	{"inbox", "user_id"},
 	{"following", "user_id"},
 	{"follow_events", "user_id"},
+	{"markers", "user_id"},
 	{"content_ids", "content_id"},
 }
 
