@@ -173,7 +173,8 @@ CREATE TABLE IF NOT EXISTS reshard (
     id         TINYINT UNSIGNED NOT NULL COMMENT 'always 0: one reshard at a time',
     layout     MEDIUMTEXT       NOT NULL COMMENT 'the layout the reshard moves the data to (shard_map.layout format)',
     started_at BIGINT           NOT NULL COMMENT 'Unix ms when feedd reshard apply began',
-    phase      VARCHAR(32)      NOT NULL DEFAULT '' COMMENT 'on a database that gives up virtual shards: copy, catch-up, verify or cut-over, for feedd reshard status',
+    phase      VARCHAR(32)      NOT NULL DEFAULT '' COMMENT 'on a database that gives up virtual shards: copy, catch-up, verify or cut-over, for feedd reshard status and the metrics',
+    copied     BIGINT           NOT NULL DEFAULT 0 COMMENT 'on a database that gives up virtual shards: rows of them copied so far in this run',
     PRIMARY KEY (id)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
   COMMENT 'on every database a reshard touches while it is under way: a second reshard to another layout is refused meanwhile';

@@ -86,9 +86,17 @@ var (
 		"Times a statement waited for a free connection of a database's pool of a class.", []string{"database", "class"}, nil)
 	poolWaitSecondsDesc = prometheus.NewDesc("feed_db_wait_seconds_total",
 		"Time statements spent waiting for a free connection of a database's pool of a class.", []string{"database", "class"}, nil)
+	reshardPhaseDesc = prometheus.NewDesc("feed_reshard_phase",
+		"1 for the phase of a reshard on the database giving virtual shards up (copy, catch-up, verify, cut-over), as the last probe read it.",
+		[]string{"database", "phase"}, nil)
+	reshardCopiedDesc = prometheus.NewDesc("feed_reshard_copied_rows",
+		"Rows a reshard has copied from the database so far in its current step.", []string{"database"}, nil)
+	reshardBacklogDesc = prometheus.NewDesc("feed_reshard_backlog_rows",
+		"Writes a reshard captured on the database and has not applied yet (at most).", []string{"database"}, nil)
 )
 
-// poolCollector reads the pools' statistics when scraped.
+// poolCollector reads the pools' statistics, and the reshard state the
+// probes read, when scraped.
 type poolCollector struct{ st *store.Store }
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -96,6 +104,9 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- poolMaxDesc
 	ch <- poolWaitsDesc
 	ch <- poolWaitSecondsDesc
+	ch <- reshardPhaseDesc
+	ch <- reshardCopiedDesc
+	ch <- reshardBacklogDesc
 }
 
 func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
@@ -108,5 +119,11 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(poolWaitsDesc, prometheus.CounterValue, float64(s.WaitCount), db, cl)
 			ch <- prometheus.MustNewConstMetric(poolWaitSecondsDesc, prometheus.CounterValue, s.WaitDuration.Seconds(), db, cl)
 		}
+		r := sh.Reshard()
+		if r.Phase != "" {
+			ch <- prometheus.MustNewConstMetric(reshardPhaseDesc, prometheus.GaugeValue, 1, sh.Name, r.Phase)
+		}
+		ch <- prometheus.MustNewConstMetric(reshardCopiedDesc, prometheus.GaugeValue, float64(r.Copied), sh.Name)
+		ch <- prometheus.MustNewConstMetric(reshardBacklogDesc, prometheus.GaugeValue, float64(r.Backlog), sh.Name)
 	}
 }

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"sync"
 	"time"
 )
@@ -38,9 +40,10 @@ const downAfter = 2
 // shardHealth holds a shard's last probe result; probes run in the
 // background so that readiness answers at once whatever the database does.
 type shardHealth struct {
-	mu    sync.Mutex
-	h     Health
-	fails int // failed probes in a row
+	mu      sync.Mutex
+	h       Health
+	fails   int // failed probes in a row
+	reshard ReshardState
 }
 
 // set records a probe's result; Since is kept while the state stays.
@@ -97,7 +100,39 @@ func (sh *Shard) Probe(ctx context.Context, timeout time.Duration) (prev, cur He
 	if epoch, _, err := ReadLayout(ctx, sh.pools[Reads]); err == nil && sh.epochSeen != nil {
 		sh.epochSeen(epoch)
 	}
+	sh.readReshard(ctx)
 	return sh.health.set(Health{State: StateUp})
+}
+
+// ReshardState is what a database records of a reshard under way, as the
+// last probe read it.
+type ReshardState struct {
+	Phase   string // "" when none, or when the database gives nothing up
+	Copied  int64  // rows copied so far by the database's current step
+	Backlog int64  // captured writes not applied yet, at most (the log's seq span)
+}
+
+// reshardStateSQL reads the mark and the change log's span, two index
+// ends: a COUNT(*) would read the whole log every probe.
+const reshardStateSQL = `SELECT phase, copied,
+ (SELECT COALESCE(MAX(seq) - MIN(seq) + 1, 0) FROM reshard_changes) FROM reshard WHERE id = 0`
+
+func (sh *Shard) readReshard(ctx context.Context) {
+	var st ReshardState
+	err := sh.pools[Reads].QueryRowContext(ctx, reshardStateSQL).Scan(&st.Phase, &st.Copied, &st.Backlog)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return // keep the last state
+	}
+	sh.health.mu.Lock()
+	sh.health.reshard = st
+	sh.health.mu.Unlock()
+}
+
+// Reshard returns the reshard state the last probe read.
+func (sh *Shard) Reshard() ReshardState {
+	sh.health.mu.Lock()
+	defer sh.health.mu.Unlock()
+	return sh.health.reshard
 }
 
 // HealthChange is called with a shard whose state a probe changed.

@@ -88,7 +88,7 @@ func runReshard(ctx context.Context, c reshardConfig, w io.Writer) error {
 			u := st.UnderWay[db]
 			fmt.Fprintf(w, "reshard under way (marked on %s): to %s", db, u.Layout)
 			if u.Phase != "" {
-				fmt.Fprintf(w, "; %s gives virtual shards up, phase %s, %d captured writes to apply", db, u.Phase, u.Backlog)
+				fmt.Fprintf(w, "; %s gives virtual shards up, phase %s, %d rows copied, %d captured writes to apply", db, u.Phase, u.Copied, u.Backlog)
 			}
 			fmt.Fprintln(w)
 		}

@@ -28,8 +28,8 @@ import (
 
 // TestReshard moves data one database → two → three → back to two with
 // feedd reshard while a feedd process serves a continuous load of
-// publishes, deletes, follows, unfollows and feed reads, and kills apply
-// part-way once. After each move every feed equals a brute-force sort of
+// publishes, deletes, follows, unfollows and feed reads, and kills the
+// first move's apply four times on the way. After each move every feed equals a brute-force sort of
 // the acknowledged writes, every acknowledged post is there once, no
 // request failed other than with 503, a process started with the old map
 // refuses to start, and cleanup leaves each database only its own rows.
@@ -97,16 +97,35 @@ func TestReshard(t *testing.T) {
 	must(t, reshardCmd("plan", two))
 	bin := feeddBinary(t)
 	moveUnderLoad(two, func() {
-		p := startFeedd(t, bin, "reshard apply", "reshard", "apply", "--sharding", two, "--batch-size", "5", "--throttle", "2ms")
-		// Creating the triggers waits for the load's metadata locks: give
-		// the copy a minute to start on a busy machine.
-		for deadline := time.Now().Add(time.Minute); !regexp.MustCompile(`copy +\w+`).MatchString(p.out.String()); {
-			if time.Now().After(deadline) {
-				t.Fatal("reshard apply did not start copying within a minute")
+		// Killed while copying, while catching up, while verifying, and
+		// just after the cut-over's commit (moving the work queues); each
+		// run goes on from where the last one was.
+		for i, at := range []string{`copy +\w+`, `catch-up +changes`, `verify +\w+`, `cut over a`} {
+			batch := []string{"--batch-size", "200"} // to the later steps in time
+			if i == 0 {
+				batch = []string{"--batch-size", "5", "--throttle", "2ms"} // a copy long enough to kill
 			}
-			time.Sleep(20 * time.Millisecond)
+			p := startFeedd(t, bin, "reshard apply", append([]string{"reshard", "apply", "--sharding", two}, batch...)...)
+			// Creating the triggers waits for the load's metadata locks:
+			// give each a minute on a busy machine.
+			for deadline := time.Now().Add(time.Minute); !regexp.MustCompile(at).MatchString(p.out.String()); {
+				exited := p.exited()
+				if exited && p.err == nil {
+					break // an earlier kill came after the cut-over: nothing was left
+				}
+				if exited || time.Now().After(deadline) {
+					t.Fatalf("reshard apply did not reach %q: %v\n%s", at, p.err, p.out.String())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			p.kill()
+			if strings.HasPrefix(at, "verify") {
+				// The serving process reports the reshard it probes.
+				waitFor(t, "reshard metrics", func() bool {
+					return metricValue(t, "http://"+m.Addr(), `feed_reshard_copied_rows{database="a"}`) > 0
+				})
+			}
 		}
-		p.kill()
 		must(t, reshardCmd("apply", two))
 	})
 	if _, err := startMainErr(t, "serve", "--sharding", one); err == nil || !strings.Contains(err.Error(), "feedd reshard") {

@@ -100,6 +100,7 @@ const (
 	markSQL    = `INSERT INTO reshard (id, layout, started_at) VALUES (0, ?, ?) ON DUPLICATE KEY UPDATE id = id`
 	unmarkSQL  = `DELETE FROM reshard WHERE id = 0`
 	phaseSQL   = `UPDATE reshard SET phase = ? WHERE id = 0`
+	copiedSQL  = `UPDATE reshard SET copied = ? WHERE id = 0`
 	captureOff = `UPDATE layout_fence SET capture = 0 WHERE id = 0`
 )
 
@@ -475,11 +476,17 @@ func (r *Reshard) copy(ctx context.Context) error {
 		b.rows, b.n = b.rows[:0], 0
 		return err
 	}
-	var scanned int64
+	var scanned, copied int64
 	var current string
 	err := r.eachSourceRow(ctx, "copy", func(t table, to string, _ uint64, row []any) error {
 		if t.claimable(row) {
-			return nil // moves in the cut-over
+			return nil // moves after the cut-over (settleClaimable)
+		}
+		// The source's mark counts the rows for status and the metrics.
+		if copied++; copied%int64(r.opt.BatchSize*10) == 0 {
+			if err := r.exec(ctx, r.Moves[0].From, copiedSQL, copied); err != nil {
+				return err
+			}
 		}
 		if t.name != current { // a new table: write the last one's rest
 			for name := range batches {
@@ -509,7 +516,7 @@ func (r *Reshard) copy(ctx context.Context) error {
 			return fmt.Errorf("reshard: copy to %s: %w", name, err)
 		}
 	}
-	return nil
+	return r.exec(ctx, r.Moves[0].From, copiedSQL, copied)
 }
 
 // Mismatch is a virtual shard whose rows of a table differ between its old
@@ -665,18 +672,19 @@ type Status struct {
 type Mark struct {
 	Layout string // the layout it moves to
 	Phase  string // on the database giving virtual shards up: copy, catch-up, verify, cut-over
+	Copied int64  // rows copied so far by its current step
 	// Backlog is the captured writes not applied yet.
 	Backlog int64
 }
 
-const markStatusSQL = `SELECT layout, phase, (SELECT COUNT(*) FROM reshard_changes) FROM reshard WHERE id = 0`
+const markStatusSQL = `SELECT layout, phase, copied, (SELECT COUNT(*) FROM reshard_changes) FROM reshard WHERE id = 0`
 
 // Status reads the layout in force and the marks of a reshard under way.
 func (r *Reshard) Status(ctx context.Context) (Status, error) {
 	s := Status{Epoch: r.epoch, InForce: r.LayoutInForce(), UnderWay: map[string]Mark{}, Moves: r.Moves}
 	for _, name := range r.names {
 		var m Mark
-		err := r.dbs[name].QueryRowContext(ctx, markStatusSQL).Scan(&m.Layout, &m.Phase, &m.Backlog)
+		err := r.dbs[name].QueryRowContext(ctx, markStatusSQL).Scan(&m.Layout, &m.Phase, &m.Copied, &m.Backlog)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		} else if err != nil {

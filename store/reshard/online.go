@@ -334,7 +334,7 @@ func (r *Reshard) resync(ctx context.Context, t table, from, to string, pks map[
 	if err != nil {
 		return 0, err
 	}
-	// A claimable row moves in the cut-over's pause (claims); the
+	// A claimable row moves after the cut-over (claims); the
 	// target's copy, if any, waits for it as it is.
 	for k, row := range found {
 		if t.claimable(row) {

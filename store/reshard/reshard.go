@@ -202,7 +202,7 @@ type table struct {
 	key  int      // index of the placing id into cols
 }
 
-// Rows that workers may claim move in the cut-over's pause, not with the
+// Rows that workers may claim move right after the cut-over, not with the
 // copy: on the database receiving them, its workers would otherwise take
 // up work that is not its own yet. A row is claimable per claims, by the
 // value of one column (-1: every row of the table); claimableSQL says the

@@ -46,9 +46,15 @@ func StartServer(t testing.TB) *Server {
 	if out, err := exec.Command("cp", "-a", template, data).CombinedOutput(); err != nil {
 		t.Fatalf("storetest: copy the initialised data directory: %v\n%s", err, out)
 	}
+	// Temporary tables go in the server's own directory: in a shared /tmp,
+	// whatever cleans it up takes them from under the server.
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
 	port := freePort(t)
 	srv := &Server{Port: port, DSN: fmt.Sprintf("root@tcp(127.0.0.1:%d)/", port)}
-	srvArgs := []string{"--no-defaults", "--datadir=" + data, "--port=" + strconv.Itoa(port),
+	srvArgs := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(dir, "sock"), "--skip-name-resolve",
 		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=48M", "--max-connections=300",
 		"--skip-log-bin", "--log-error=" + filepath.Join(dir, "error.log")}
