@@ -46,6 +46,7 @@ var deliveryClaims = claimTable{
 
 // ClaimDeliveries leases up to limit unplanned deliveries of the shard.
 func (s *Store) ClaimDeliveries(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]DeliveryJob, error) {
+	ctx = s.pin(ctx)
 	return claim[DeliveryJob](ctx, s, sh, deliveryClaims, now, leaseUntil, limit, token)
 }
 
@@ -95,13 +96,14 @@ const taskInsertChunk = 500
 //
 // Returns ErrLostClaim if the job's lease was taken over.
 func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptions) (PlanResult, error) {
+	ctx = s.pin(ctx)
 	var res PlanResult
 	err := inTx(ctx, s.ShardOf(job.AuthorID).pool(ctx), func(tx *sqlx.Tx) error {
 		res = PlanResult{}
 		// Read before any follower is placed: a layout that changes while
 		// the plan runs leaves the tasks an older epoch than their targets'
 		// layout, and they are planned again (runBatch).
-		epoch := s.Epoch()
+		epoch := s.pinned(ctx)
 		var d struct {
 			PublishTime int64  `db:"publish_time"`
 			Kind        string `db:"kind"`
@@ -364,6 +366,7 @@ type BatchResult struct {
 // did not finish is leased to token until opt.LeaseUntil: run its next
 // batches with RunTaskBatch.
 func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uint64, opt BatchOptions) (*Task, BatchResult, error) {
+	ctx = s.pin(ctx)
 	var t *Task
 	var res BatchResult
 	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
@@ -403,6 +406,7 @@ func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uin
 //
 // Returns ErrLostClaim if the lease ended or the post was deleted meanwhile.
 func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (BatchResult, error) {
+	ctx = s.pin(ctx)
 	var res BatchResult
 	home := s.ShardOf(t.AuthorID)
 	err := inTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
@@ -439,7 +443,7 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 // claimed is 1 when tx claimed the task (an attempt to count), else 0.
 func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task, opt BatchOptions, claimed int) (BatchResult, error) {
 	res := BatchResult{mark: t.LastUser}
-	if t.Epoch != s.Epoch() {
+	if t.Epoch != s.pinned(ctx) {
 		// The task names its target by another layout than the one in
 		// force, so its range may hold followers that moved: the whole
 		// delivery is planned again under this one (inbox writes are
@@ -557,11 +561,13 @@ func writeInboxes(ctx context.Context, ex sqlx.ExecerContext, t *Task, through u
 // ReleaseTask gives a claimed task back so any worker can take it at once,
 // as on shutdown or after a failed batch.
 func (s *Store) ReleaseTask(ctx context.Context, t *Task) error {
+	ctx = s.pin(ctx)
 	return release(ctx, s.ShardOf(t.AuthorID).pool(ctx), taskClaims, t.claimKey(), t.Token)
 }
 
 // ReleaseDelivery gives a claimed delivery back unplanned.
 func (s *Store) ReleaseDelivery(ctx context.Context, job DeliveryJob) error {
+	ctx = s.pin(ctx)
 	return release(ctx, s.ShardOf(job.AuthorID).pool(ctx), deliveryClaims, job.claimKey(), job.Token)
 }
 

@@ -1,6 +1,10 @@
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/jmoiron/sqlx"
+)
 
 // The SQL the EXPLAIN test (package store_test) checks. Exported here, in a
 // test file, so the test can use storetest, which imports this package.
@@ -46,3 +50,14 @@ func (s *Store) ClaimTasks(ctx context.Context, sh *Shard, now, leaseUntil int64
 func (j *Task) setToken(token uint64) { j.Token = token }
 
 func (j *Task) placingID() uint64 { return j.AuthorID }
+
+// PinEpoch pins ctx to the store's epoch, as each write method does first.
+func (s *Store) PinEpoch(ctx context.Context) context.Context { return s.pin(ctx) }
+
+// WriteEpoch is the epoch a transaction on sh in ctx writes under: what
+// the layout fence's triggers compare.
+func WriteEpoch(ctx context.Context, sh *Shard) (int64, error) {
+	var e int64
+	err := inTx(ctx, sh.DB, func(tx *sqlx.Tx) error { return tx.GetContext(ctx, &e, "SELECT @feed_epoch") })
+	return e, err
+}

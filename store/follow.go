@@ -49,6 +49,7 @@ ON DUPLICATE KEY UPDATE version = version + 1`
 //
 // Returns ELIMIT when the user already follows maxFollowing authors.
 func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowing int, now int64) (created bool, err error) {
+	ctx = s.pin(ctx)
 	err = inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
 		created = false
 		// Lock the user's header row: concurrent follows of one user queue
@@ -88,6 +89,7 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 // and queues the event that updates the author's followers. Unfollowing an
 // author not followed does nothing.
 func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64) error {
+	ctx = s.pin(ctx)
 	err := inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
 		// The header row is the user's lock (pull bits change here).
 		var locked []uint64
@@ -159,6 +161,7 @@ var followEventClaims = claimTable{
 
 // ClaimFollowEvents leases up to limit follow events of the shard.
 func (s *Store) ClaimFollowEvents(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]FollowEvent, error) {
+	ctx = s.pin(ctx)
 	return claim[FollowEvent](ctx, s, sh, followEventClaims, now, leaseUntil, limit, token)
 }
 
@@ -200,6 +203,7 @@ const startSwitchSQL = `UPDATE authors SET mode = 1, switch_after = 0, claim_tok
 // It returns the author's mode, read under the same lock the switch takes,
 // so a follower added while switching is never missed.
 func (s *Store) AddFollower(ctx context.Context, f feed.Follow, pushThreshold int64) (mode int, err error) {
+	ctx = s.pin(ctx)
 	err = inTx(ctx, s.ShardOf(f.AuthorID).pool(ctx), func(tx *sqlx.Tx) error {
 		r, err := tx.ExecContext(ctx, insertFollowerSQL, f.AuthorID, f.UserID, f.FollowedAt)
 		if err != nil {
@@ -231,6 +235,7 @@ func (s *Store) AddFollower(ctx context.Context, f feed.Follow, pushThreshold in
 
 // RemoveFollower drops the edge from the author's shard and the count.
 func (s *Store) RemoveFollower(ctx context.Context, authorID, userID uint64) error {
+	ctx = s.pin(ctx)
 	err := inTx(ctx, s.ShardOf(authorID).pool(ctx), func(tx *sqlx.Tx) error {
 		if deleted, err := affected(tx.ExecContext(ctx, deleteFollowerSQL, authorID, userID)); err != nil || !deleted {
 			return err
@@ -247,6 +252,7 @@ const finishFollowEventSQL = `DELETE FROM follow_events WHERE user_id = ? AND au
 // was applied; otherwise it releases the claim so the event runs again and
 // reconciles with the newest state. It reports whether the event is gone.
 func (s *Store) FinishFollowEvent(ctx context.Context, ev FollowEvent) (bool, error) {
+	ctx = s.pin(ctx)
 	db := s.ShardOf(ev.UserID).pool(ctx)
 	r, err := db.ExecContext(ctx, finishFollowEventSQL, ev.UserID, ev.AuthorID, ev.Version, ev.Token)
 	if err != nil {
@@ -260,6 +266,7 @@ func (s *Store) FinishFollowEvent(ctx context.Context, ev FollowEvent) (bool, er
 
 // ReleaseFollowEvent gives a claimed event back for any worker to retry.
 func (s *Store) ReleaseFollowEvent(ctx context.Context, ev FollowEvent) error {
+	ctx = s.pin(ctx)
 	return release(ctx, s.ShardOf(ev.UserID).pool(ctx), followEventClaims, ev.claimKey(), ev.Token)
 }
 
@@ -279,6 +286,7 @@ var switchClaims = claimTable{
 
 // ClaimSwitches leases up to limit authors of the shard that are switching mode.
 func (s *Store) ClaimSwitches(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]SwitchJob, error) {
+	ctx = s.pin(ctx)
 	return claim[SwitchJob](ctx, s, sh, switchClaims, now, leaseUntil, limit, token)
 }
 
@@ -291,6 +299,7 @@ func (j *SwitchJob) setToken(token uint64) { j.Token = token }
 // ReleaseSwitch gives a claimed switch back for any worker to resume from
 // its progress mark, as on shutdown or after a failed batch.
 func (s *Store) ReleaseSwitch(ctx context.Context, job *SwitchJob) error {
+	ctx = s.pin(ctx)
 	return release(ctx, s.ShardOf(job.AuthorID).pool(ctx), switchClaims, job.claimKey(), job.Token)
 }
 
@@ -305,6 +314,7 @@ const advanceSwitchSQL = `UPDATE authors SET switch_after = ?, mode = ?, claimed
 //
 // Returns ErrLostClaim if the lease was taken over.
 func (s *Store) RunSwitchBatch(ctx context.Context, job *SwitchJob, size int, leaseUntil int64) (bool, error) {
+	ctx = s.pin(ctx)
 	home := s.ShardOf(job.AuthorID)
 	var users []uint64
 	err := sqlx.SelectContext(ctx, home.pool(ctx), &users, followersPageSQL, job.AuthorID, job.SwitchAfter, uint64(1<<64-1), size)

@@ -65,6 +65,7 @@ ON DUPLICATE KEY UPDATE
 // read was before inactiveBefore, the user's active spell restarts at
 // activeSince.
 func (s *Store) MarkRead(ctx context.Context, userID uint64, now, activeSince, inactiveBefore int64) error {
+	ctx = s.pin(ctx)
 	_, err := s.ShardOf(userID).pool(ctx).ExecContext(ctx, markReadSQL, append(headerRow(userID, now, activeSince), inactiveBefore)...)
 	return wrap("mark read", err)
 }
@@ -254,6 +255,7 @@ func deleteBelow(ctx context.Context, ex sqlx.ExecerContext, bounds []InboxRow) 
 // the new floors are still reachable: reads continue from the outboxes
 // there.
 func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int64, error) {
+	ctx = s.pin(ctx)
 	var total int64
 	for sh, ids := range s.groupByShard(users) {
 		cuts, err := inboxCuts(ctx, sh.pool(ctx), slices.Compact(slices.Sorted(slices.Values(ids))), limit)
@@ -297,6 +299,7 @@ type BackfillResult struct {
 // copied and the inbox floor rises to the oldest copied one. The inbox is
 // then trimmed back to limit.
 func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int, pullAuthor bool) (BackfillResult, []feed.Post, error) {
+	ctx = s.pin(ctx)
 	var res BackfillResult
 	posts, err := s.ListPosts(ctx, authorID, feed.Key{PublishTime: maxTime, ContentID: maxID}, limit)
 	if err != nil {
@@ -360,6 +363,7 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 // RemoveFromInbox deletes the given posts of an author from a user's inbox:
 // copies a backfill made of posts deleted while it ran.
 func (s *Store) RemoveFromInbox(ctx context.Context, userID uint64, posts []feed.Post) error {
+	ctx = s.pin(ctx)
 	if len(posts) == 0 {
 		return nil
 	}

@@ -157,6 +157,21 @@ type killConn struct {
 // connection writes under.
 func (c *killConn) stale() bool { return c.epoch != c.epochs.current() }
 
+// follow makes the connection write under the epoch pinned in ctx
+// (Store.pin), if it writes under another: the epoch its write chose its
+// database by. The connection is then stale, and not reused.
+func (c *killConn) follow(ctx context.Context) error {
+	e, ok := pinnedEpoch(ctx)
+	if !ok || e == c.epoch {
+		return nil
+	}
+	if _, err := c.raw.ExecContext(ctx, "SET @feed_epoch = "+strconv.FormatInt(e, 10), nil); err != nil {
+		return err
+	}
+	c.epoch = e
+	return nil
+}
+
 // checkFenced tells the store of a write a layout fence refused.
 func (c *killConn) checkFenced(err error) {
 	if err != nil && fenced(err) {
@@ -188,6 +203,9 @@ func (c *killConn) watch(ctx context.Context) (stop func()) {
 
 func (c *killConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	defer c.watch(ctx)()
+	if err := c.follow(ctx); err != nil {
+		return nil, err
+	}
 	r, err := c.raw.ExecContext(ctx, query, args)
 	c.checkFenced(err)
 	return r, err
@@ -218,6 +236,9 @@ func (c *killConn) PrepareContext(ctx context.Context, query string) (driver.Stm
 // runs without one, is watched too: a commit waits for a backup's lock.
 func (c *killConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
 	defer c.watch(ctx)()
+	if err := c.follow(ctx); err != nil {
+		return nil, err
+	}
 	tx, err := c.raw.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -71,4 +72,46 @@ func TestCheckLayoutIdentity(t *testing.T) {
 		t.Errorf("an empty database: %v, want a refusal", err)
 	}
 	must(t, open(m).CheckLayout(t.Context()))
+}
+
+// TestWritesCarryTheirEpoch checks that a write runs under the epoch its
+// method pinned before choosing a database, even on a connection opened
+// after the store moved to a newer layout: the epoch the layout fence
+// compares is the decision's.
+func TestWritesCarryTheirEpoch(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	st := newStore(t, 1)
+	must(t, st.CheckLayout(ctx))
+	sh := st.Shards()[0]
+	epochOf := func(ctx context.Context) int64 {
+		t.Helper()
+		e, err := store.WriteEpoch(ctx, sh)
+		must(t, err)
+		return e
+	}
+	pinned := st.PinEpoch(ctx)
+	if e := epochOf(pinned); e != 1 {
+		t.Fatalf("write epoch %d before the cut-over, want 1", e)
+	}
+	// A cut-over records the next epoch (the same layout will do here).
+	if _, err := sh.DB.ExecContext(ctx, "INSERT INTO shard_map (epoch, layout, adopted_at) VALUES (2, ?, 0)", st.Layout()); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := st.Refresh(ctx); err != nil || !changed || st.Epoch() != 2 {
+		t.Fatalf("refresh: changed %v, epoch %d, %v", changed, st.Epoch(), err)
+	}
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		want int64
+	}{
+		{"a write pinned after the refresh", st.PinEpoch(ctx), 2},
+		{"a write pinned before it", pinned, 1},
+		{"the next write", st.PinEpoch(ctx), 2},
+	} {
+		if e := epochOf(c.ctx); e != c.want {
+			t.Errorf("%s: epoch %d, want %d", c.name, e, c.want)
+		}
+	}
 }

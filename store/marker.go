@@ -39,6 +39,7 @@ type markerRow struct {
 // stored one leaves it) and returns the stored marker, in one transaction
 // on the user's shard.
 func (s *Store) AdvanceMarker(ctx context.Context, userID uint64, k feed.Key, now int64) (Marker, error) {
+	ctx = s.pin(ctx)
 	var m Marker
 	err := inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, advanceMarkerSQL, userID, k.PublishTime, k.ContentID, now); err != nil {

@@ -50,6 +50,7 @@ const contentOwnerSQL = `SELECT author_id FROM content_ids WHERE content_id = ?`
 // Returns ECONFLICT if the id belongs to a deleted post or, with several
 // shards, to another author.
 func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored feed.Post, created bool, err error) {
+	ctx = s.pin(ctx)
 	home := s.ShardOf(p.AuthorID)
 	var registry *Shard
 	if len(s.shards) > 1 {
@@ -140,6 +141,7 @@ const lockTasksSQL = `SELECT seq FROM fanout_tasks WHERE content_id = ? FOR UPDA
 //
 // Returns ENOTFOUND if the author never published contentID.
 func (s *Store) DeletePost(ctx context.Context, authorID, contentID uint64) error {
+	ctx = s.pin(ctx)
 	err := inTx(ctx, s.ShardOf(authorID).pool(ctx), func(tx *sqlx.Tx) error {
 		var row postRow
 		err := sqlx.GetContext(ctx, tx, &row, lockPostSQL, contentID)

@@ -130,3 +130,33 @@ type epochSource struct {
 // noEpochs is the epoch source of connections that only migrate: they
 // write no keyed table.
 var noEpochs = epochSource{current: func() int64 { return 0 }, fenced: func() {}}
+
+// epochKey carries, in a write's context, the layout epoch it routes by.
+type epochKey struct{}
+
+// pin records in ctx the epoch the store routes by now, before a write
+// method chooses its databases: its connections then write under that
+// epoch (killConn), never a newer one. A database chosen by a layout the
+// process left a moment later is then fenced as stale, as it should be,
+// however long the write waits for a connection; one chosen by the newer
+// layout at worst gets a write refused and retried.
+func (s *Store) pin(ctx context.Context) context.Context {
+	if _, ok := ctx.Value(epochKey{}).(int64); ok {
+		return ctx // pinned by the caller's caller
+	}
+	return context.WithValue(ctx, epochKey{}, s.Epoch())
+}
+
+// pinned is the epoch pin recorded in ctx, or the store's.
+func (s *Store) pinned(ctx context.Context) int64 {
+	if e, ok := ctx.Value(epochKey{}).(int64); ok {
+		return e
+	}
+	return s.Epoch()
+}
+
+// pinnedEpoch is the epoch pin recorded in ctx, if any.
+func pinnedEpoch(ctx context.Context) (int64, bool) {
+	e, ok := ctx.Value(epochKey{}).(int64)
+	return e, ok
+}
