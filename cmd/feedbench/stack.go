@@ -34,7 +34,9 @@ type stack struct {
 	workersDone chan struct{}
 }
 
-func startStack(st *store.Store, cfg service.Config, log *slog.Logger) (*stack, error) {
+// startStack starts the stack; deadline, if not 0, bounds every request
+// instead of the API's read and write deadlines.
+func startStack(st *store.Store, cfg service.Config, deadline time.Duration, log *slog.Logger) (*stack, error) {
 	reg := prometheus.NewRegistry()
 	svc, err := service.New(st, cfg, log, service.NewMetrics(reg), time.Now)
 	if err != nil {
@@ -47,7 +49,7 @@ func startStack(st *store.Store, cfg service.Config, log *slog.Logger) (*stack, 
 		s.close()
 		return nil, err
 	}
-	s.echo = httpapi.New(svc, httpapi.Options{Log: log, Registry: reg})
+	s.echo = httpapi.New(svc, httpapi.Options{Log: log, Registry: reg, ReadDeadline: deadline, WriteDeadline: deadline})
 	s.echo.Listener = ln
 	s.serveDone = make(chan error, 1)
 	go func() { s.serveDone <- s.echo.Start("") }()
