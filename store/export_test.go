@@ -27,9 +27,6 @@ const (
 // NextTaskSQL is the query a worker's first batch claims a task with.
 var NextTaskSQL = nextTaskSQL(0)
 
-// Retryable says whether the store runs a transaction again after err.
-var Retryable = retryable
-
 // ClaimUpdateSQL is the UPDATE that takes n claim candidates of table.
 func ClaimUpdateSQL(table string, n int) string {
 	for _, t := range []claimTable{deliveryClaims, taskClaims, followEventClaims, switchClaims} {

@@ -104,17 +104,17 @@ func (s *Store) wake() {
 // caller should Refresh.
 func (s *Store) Stale() <-chan struct{} { return s.stale }
 
-// fencedMessage is what the triggers feedd reshard installs on a database
+// FencedMessage is what the triggers feedd reshard installs on a database
 // that gives up virtual shards answer a write from a connection of an
 // older layout epoch with (SIGNAL, error 1644).
-const fencedMessage = "feed: layout moved"
+const FencedMessage = "feed: layout moved"
 
 const errSignal = 1644
 
 // fenced says whether err is a write refused by a layout fence.
 func fenced(err error) bool {
 	var me *mysql.MySQLError
-	return errors.As(err, &me) && me.Number == errSignal && strings.Contains(me.Message, fencedMessage)
+	return errors.As(err, &me) && me.Number == errSignal && strings.Contains(me.Message, FencedMessage)
 }
 
 // errFenced is what a fenced write returns: the service answers 503 and
@@ -141,7 +141,7 @@ type epochKey struct{}
 // however long the write waits for a connection; one chosen by the newer
 // layout at worst gets a write refused and retried.
 func (s *Store) pin(ctx context.Context) context.Context {
-	if _, ok := ctx.Value(epochKey{}).(int64); ok {
+	if _, ok := pinnedEpoch(ctx); ok {
 		return ctx // pinned by the caller's caller
 	}
 	return context.WithValue(ctx, epochKey{}, s.Epoch())
@@ -149,7 +149,7 @@ func (s *Store) pin(ctx context.Context) context.Context {
 
 // pinned is the epoch pin recorded in ctx, or the store's.
 func (s *Store) pinned(ctx context.Context) int64 {
-	if e, ok := ctx.Value(epochKey{}).(int64); ok {
+	if e, ok := pinnedEpoch(ctx); ok {
 		return e
 	}
 	return s.Epoch()

@@ -198,7 +198,7 @@ func inTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 	const attempts = 4
 	var err error
 	for i := range attempts {
-		if err = runTx(ctx, db, fn); err == nil || !retryable(err) {
+		if err = runTx(ctx, db, fn); err == nil || !Retryable(err) {
 			break
 		}
 		select {
@@ -239,13 +239,14 @@ func mysqlErrno(err error) uint16 {
 	return 0
 }
 
-// retryable says whether a whole transaction may run again after err.
+// Retryable says whether a whole transaction may run again after err:
+// a deadlock, a lock wait timeout, or a snapshot conflict.
 // MariaDB under innodb_snapshot_isolation (a setting since 10.6.18, 10.11.8
 // and 11.4.2, on by default from 11.6.2) refuses a locking read of a row
 // changed after the transaction's snapshot with errCheckRead, where MySQL
 // reads the latest row; a retry takes a fresh snapshot. Fan-out batches open
 // no snapshot (batchFollowersSQL), so this is for the other transactions.
-func retryable(err error) bool {
+func Retryable(err error) bool {
 	switch mysqlErrno(err) {
 	case errDeadlock, errLockWaitTimeout, errCheckRead:
 		return true

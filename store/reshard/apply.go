@@ -134,15 +134,11 @@ func (r *Reshard) Apply(ctx context.Context, report func(Report)) error {
 		return err
 	}
 	for _, name := range r.names {
-		tables, err := describe(ctx, r.dbs[name])
+		tables, err := describeByName(ctx, r.dbs[name])
 		if err != nil {
 			return fmt.Errorf("reshard: database %s: %w", name, err)
 		}
-		byName := map[string]table{}
-		for _, t := range tables {
-			byName[t.name] = t
-		}
-		if err := r.settleClaimable(ctx, name, byName); err != nil {
+		if err := r.settleClaimable(ctx, name, tables); err != nil {
 			return err
 		}
 	}
@@ -234,13 +230,9 @@ func (r *Reshard) move(ctx context.Context) (Report, error) {
 			dbs = append(dbs, m.To)
 		}
 	}
-	tables, err := describe(ctx, r.dbs[src])
+	byName, err := describeByName(ctx, r.dbs[src])
 	if err != nil {
 		return rep, fmt.Errorf("reshard: database %s: %w", src, err)
-	}
-	byName := map[string]table{}
-	for _, t := range tables {
-		byName[t.name] = t
 	}
 	setPhase := func(phase string) error {
 		return r.exec(ctx, src, phaseSQL, phase)
@@ -435,19 +427,18 @@ func (r *Reshard) settleClaimable(ctx context.Context, name string, tables map[s
 				}
 				keys := make([][]any, len(chunk))
 				for i, row := range chunk {
-					for _, c := range t.pk {
-						keys[i] = append(keys[i], row[c])
-					}
+					keys[i] = t.pkOf(row)
 				}
-				for _, k := range keys {
-					if t.name == "authors" {
-						err = r.exec(ctx, name, retireSwitchSQL, k[0])
-					} else {
-						err = retryLocked(ctx, func() error { return deleteKeys(ctx, r.dbs[name], t, [][]any{k}) })
+				if t.name == "authors" {
+					for _, k := range keys {
+						if err := r.exec(ctx, name, retireSwitchSQL, k[0]); err != nil {
+							return fmt.Errorf("reshard: database %s: %s: %w", name, t.name, err)
+						}
 					}
-					if err != nil {
-						return fmt.Errorf("reshard: database %s: %s: %w", name, t.name, err)
-					}
+					continue
+				}
+				if err := retryLocked(ctx, func() error { return deleteKeys(ctx, r.dbs[name], t, keys) }); err != nil {
+					return fmt.Errorf("reshard: database %s: %s: %w", name, t.name, err)
 				}
 			}
 		}
@@ -801,11 +792,7 @@ func (r *Reshard) deleteWhere(ctx context.Context, step string, gone func(name s
 					pr.Moved++
 					switch {
 					case !byID:
-						k := make([]any, len(t.pk))
-						for i, c := range t.pk {
-							k[i] = row[c]
-						}
-						keys = append(keys, k)
+						keys = append(keys, t.pkOf(row))
 					case len(ids) == 0 || id != lastID:
 						ids, lastID = append(ids, id), id
 					}

@@ -3,14 +3,12 @@ package reshard
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed/store"
@@ -73,12 +71,9 @@ func triggerSQL(t table, event string) string {
 		"DECLARE e BIGINT DEFAULT 0; DECLARE c TINYINT DEFAULT 0; " +
 		"IF @feed_epoch IS NOT NULL THEN " +
 		"SELECT epoch, capture INTO e, c FROM layout_fence WHERE id = 0 LOCK IN SHARE MODE; " +
-		"IF @feed_epoch < e THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + fencedMessage + "'; END IF; " +
+		"IF @feed_epoch < e THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + store.FencedMessage + "'; END IF; " +
 		"IF c = 1 THEN " + capture + " END IF; END IF; END"
 }
-
-// fencedMessage must match the store's (store.fenced).
-const fencedMessage = "feed: layout moved"
 
 const (
 	triggersSQL     = `SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME LIKE 'feed\_fence\_%'`
@@ -205,7 +200,7 @@ func (r *Reshard) exec(ctx context.Context, name, q string, args ...any) error {
 func retryLocked(ctx context.Context, fn func() error) error {
 	var err error
 	for i := range 10 {
-		if err = fn(); err == nil || !locked(err) {
+		if err = fn(); err == nil || !store.Retryable(err) {
 			return err
 		}
 		select {
@@ -215,11 +210,6 @@ func retryLocked(ctx context.Context, fn func() error) error {
 		}
 	}
 	return err
-}
-
-func locked(err error) bool {
-	n := mysqlErrno(err)
-	return n == errLockWaitTimeout || n == errDeadlock
 }
 
 // change is a logged row: its table and primary key.
@@ -368,9 +358,9 @@ func (r *Reshard) rowsByKey(ctx context.Context, db *sqlx.DB, t table, keys [][]
 	out := map[string][]any{}
 	q, args := byKeys(t, keys)
 	_, err := scanBatch(ctx, db, "SELECT "+quoted(t.cols)+" FROM `"+t.name+"` WHERE "+q, args, len(t.cols), func(row []any) error {
-		k := make([]any, len(t.pk))
-		for i, c := range t.pk {
-			k[i] = string(row[c].([]byte))
+		k := t.pkOf(row)
+		for i, v := range k {
+			k[i] = string(v.([]byte))
 		}
 		out[keyString(k)] = row
 		return nil
@@ -422,16 +412,3 @@ func keyString(k []any) string {
 	}
 	return strings.Join(parts, "\x00")
 }
-
-func mysqlErrno(err error) uint16 {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number
-	}
-	return 0
-}
-
-const (
-	errLockWaitTimeout = 1205
-	errDeadlock        = 1213
-)

@@ -218,6 +218,28 @@ var claims = map[string]struct {
 	"authors":       {"mode", func(v string) bool { return v == "1" }, "mode = 1"},
 }
 
+// pkOf returns the primary key values of row, a row of t.
+func (t table) pkOf(row []any) []any {
+	k := make([]any, len(t.pk))
+	for i, c := range t.pk {
+		k[i] = row[c]
+	}
+	return k
+}
+
+// describeByName is describe, by table name.
+func describeByName(ctx context.Context, db *sqlx.DB) (map[string]table, error) {
+	tables, err := describe(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]table, len(tables))
+	for _, t := range tables {
+		out[t.name] = t
+	}
+	return out, nil
+}
+
 // claimable says whether workers may claim row, a row of t.
 func (t table) claimable(row []any) bool {
 	c, ok := claims[t.name]
