@@ -85,13 +85,13 @@ func decodePosition(s string) (feed.Key, error) {
 // since and before, newest first, and what the reads cost and missed. It
 // also marks the user active.
 func (s *Service) readFeed(ctx context.Context, userID uint64, before, since feed.Key, n int) ([]feed.Post, *pageRead, error) {
-	snap, err := s.store.ReadFeed(ctx, userID, before, n)
+	from := after(since)
+	snap, err := s.store.ReadFeed(ctx, userID, before, from, n)
 	if err != nil {
 		return nil, nil, err
 	}
 	activeSince := s.markRead(ctx, userID, snap)
 	rd := &pageRead{user: userID, queries: snap.Statements}
-	from := after(since)
 	sources := make([]store.PullSource, 0, len(snap.Pull))
 	for _, pa := range snap.Pull {
 		bound := before

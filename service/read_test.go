@@ -445,7 +445,7 @@ func runFeedBruteForce(t *testing.T, seed uint64, activeDays int) {
 				}
 			}
 		}
-		snap, err := h.store.ReadFeed(context.Background(), u, store.Top, 1)
+		snap, err := h.store.ReadFeed(context.Background(), u, store.Top, feed.Key{}, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -755,7 +755,7 @@ func TestFeedPendingFollowNoWorkers(t *testing.T) {
 	for _, author := range []uint64{a, b, c} {
 		m.follow(t, h, reader, author)
 	}
-	snap, err := h.store.ReadFeed(context.Background(), reader, store.Top, 1)
+	snap, err := h.store.ReadFeed(context.Background(), reader, store.Top, feed.Key{}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,13 +89,15 @@ func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
 }
 
 // feedPageSQL reads, in one statement and so one consistent snapshot, the
-// user's header row and the inbox page below the bound: a backward range
-// scan of the primary key that starts at the header. src is 0 for both
-// (the header is the row at the header key).
+// user's header row and the inbox page below the bound and at or above the
+// lower bound: a backward range scan of the primary key that starts at the
+// header and stops at the lower bound, so a count above a read marker reads
+// only the rows it counts. src is 0 for both (the header is the row at the
+// header key).
 const feedPageSQL = `SELECT 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k,
  floor_time AS ft, floor_id AS fi, last_read_at AS lr, active_since AS act, pulls AS p
  FROM inbox FORCE INDEX (PRIMARY)
- WHERE user_id = ? AND (` + keysetOlder + ` OR ` + headerKeySQL + `)
+ WHERE user_id = ? AND (` + keysetOlder + ` OR ` + headerKeySQL + `) AND ` + keysetFrom + `
  ORDER BY publish_time DESC, content_id DESC LIMIT ?`
 
 // feedPagePullSQL is feedPageSQL plus, in the same snapshot, the followed
@@ -137,12 +139,13 @@ func (h *pullHints) set(userID uint64, pulls bool) {
 
 // readFeedPage runs one of the two page statements and parses its rows;
 // pulls reports the header's mark.
-func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64, before feed.Key, limit int) (snap FeedSnapshot, pulls bool, err error) {
+func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64, before, from feed.Key, limit int) (snap FeedSnapshot, pulls bool, err error) {
 	st, err := sh.feedStmt(ctx, withPull)
 	if err != nil {
 		return snap, false, err
 	}
-	args := []any{userID, before.PublishTime, before.PublishTime, before.ContentID, limit + 1}
+	args := []any{userID, before.PublishTime, before.PublishTime, before.ContentID,
+		from.PublishTime, from.PublishTime, from.ContentID, limit + 1}
 	if withPull {
 		args = append(args, userID)
 	}

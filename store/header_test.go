@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/storetest"
 )
@@ -35,7 +36,7 @@ func TestReadFeedPullMark(t *testing.T) {
 		t.Helper()
 		cold := openStore(t, m) // no hints: what a restarted process sees
 		for _, st := range []*store.Store{cold, cold} {
-			snap, err := st.ReadFeed(t.Context(), user, store.Top, 10)
+			snap, err := st.ReadFeed(t.Context(), user, store.Top, feed.Key{}, 10)
 			must(t, err)
 			if !slices.Equal(snap.Pull, wantPull) {
 				t.Errorf("%s: pull authors %+v, want %+v", step, snap.Pull, wantPull)

@@ -30,18 +30,18 @@ type FeedSnapshot struct {
 	Statements  int // statements the read ran
 }
 
-// ReadFeed returns the user's inbox entries older than before (up to limit)
-// with the state needed to merge pull sources into them, in one statement
+// ReadFeed returns the user's inbox entries older than before and at or
+// above from (up to limit; the zero from bounds nothing) with the state needed to merge pull sources into them, in one statement
 // for a user with nothing to pull, and otherwise in one statement that
 // reads the pull authors too (two if the user was not known to pull: the
 // first one finds the mark). Statements reports how many ran.
-func (s *Store) ReadFeed(ctx context.Context, userID uint64, before feed.Key, limit int) (FeedSnapshot, error) {
+func (s *Store) ReadFeed(ctx context.Context, userID uint64, before, from feed.Key, limit int) (FeedSnapshot, error) {
 	sh := s.ShardOf(userID)
 	withPull := sh.pullHints.has(userID)
-	snap, pulls, err := sh.readFeedPage(ctx, withPull, userID, before, limit)
+	snap, pulls, err := sh.readFeedPage(ctx, withPull, userID, before, from, limit)
 	snap.Statements = 1
 	if err == nil && pulls && !withPull {
-		snap, pulls, err = sh.readFeedPage(ctx, true, userID, before, limit)
+		snap, pulls, err = sh.readFeedPage(ctx, true, userID, before, from, limit)
 		snap.Statements = 2
 	}
 	if err != nil {

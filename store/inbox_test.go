@@ -23,7 +23,7 @@ func TestReadFeed(t *testing.T) {
 	var got []feed.Post
 	before := store.Top
 	for {
-		snap, err := st.ReadFeed(t.Context(), 1, before, 7)
+		snap, err := st.ReadFeed(t.Context(), 1, before, feed.Key{}, 7)
 		must(t, err)
 		if snap.LastReadAt != t0 || snap.ActiveSince != t0+5 || snap.Floor != nil ||
 			!slices.Equal(snap.Pull, []store.PullAuthor{{AuthorID: 2, Pull: store.PullPending}}) {
@@ -39,9 +39,23 @@ func TestReadFeed(t *testing.T) {
 		t.Errorf("paged %d inbox entries, want the %d of InboxKeys in order", len(got), len(want))
 	}
 
+	// A lower bound stops the scan: every from between entries, including
+	// one inside a run of equal times, keeps exactly the entries at or above
+	// it, with the header's state still read.
+	t.Run("from", func(t *testing.T) {
+		t.Parallel()
+		for i := range want {
+			snap, err := st.ReadFeed(t.Context(), 1, store.Top, want[i].Key(), 100)
+			must(t, err)
+			if !slices.Equal(snap.Inbox, want[:i+1]) || snap.LastReadAt != t0 || len(snap.Pull) != 1 {
+				t.Fatalf("from entry %d: %d entries, state %+v", i, len(snap.Inbox), snap)
+			}
+		}
+	})
+
 	t.Run("unknown user", func(t *testing.T) {
 		t.Parallel()
-		snap, err := st.ReadFeed(t.Context(), 999, store.Top, 10)
+		snap, err := st.ReadFeed(t.Context(), 999, store.Top, feed.Key{}, 10)
 		must(t, err)
 		if len(snap.Inbox) != 0 || snap.Floor != nil || len(snap.Pull) != 0 || snap.LastReadAt != 0 || snap.ActiveSince != 0 {
 			t.Errorf("snapshot of a stranger: %+v", snap)

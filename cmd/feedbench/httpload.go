@@ -43,14 +43,7 @@ type httpConn struct {
 // session's connection, taking one on first use.
 func (h *httpLoad) pager() pager {
 	return func(ctx context.Context, s *session) (bool, error) {
-		if s.conn == nil {
-			c, err := h.take(ctx)
-			if err != nil {
-				return false, err
-			}
-			s.conn = c
-		}
-		body, err := s.conn.getFeed(s.user, s.cursor)
+		body, err := h.get(ctx, s, feedPath(s.user, s.cursor))
 		if err != nil {
 			return false, err
 		}
@@ -68,6 +61,41 @@ func (h *httpLoad) pager() pager {
 		s.cursor = next
 		return true, nil
 	}
+}
+
+// unreadPager returns a pager whose sessions are one read marker with its
+// unread count each, checked to be unread.
+func (h *httpLoad) unreadPager(unread int) pager {
+	want := []byte(`"unread":` + strconv.Itoa(unread) + `,`)
+	return func(ctx context.Context, s *session) (bool, error) {
+		body, err := h.get(ctx, s, "/v1/users/"+strconv.FormatUint(s.user, 10)+"/feed/marker")
+		if err == nil && !bytes.Contains(body, want) {
+			err = fmt.Errorf("marker of user %d without %s: %.200q", s.user, want, body)
+		}
+		return false, err
+	}
+}
+
+// feedPath is the path of a feed page of pageLimit items.
+func feedPath(user uint64, cursor string) string {
+	path := "/v1/users/" + strconv.FormatUint(user, 10) + "/feed?limit=" + strconv.Itoa(pageLimit)
+	if cursor != "" {
+		path += "&cursor=" + url.QueryEscape(cursor)
+	}
+	return path
+}
+
+// get requests path over the session's connection, taking one on first
+// use, and returns the body, valid until the connection's next request.
+func (h *httpLoad) get(ctx context.Context, s *session, path string) ([]byte, error) {
+	if s.conn == nil {
+		c, err := h.take(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.conn = c
+	}
+	return s.conn.get(path)
 }
 
 // take returns an idle connection, or dials one.
@@ -113,16 +141,10 @@ func (h *httpLoad) close() {
 // requestTimeout bounds one request of the load generator.
 const requestTimeout = 30 * time.Second
 
-// getFeed requests one page and returns its body, valid until the next call.
-func (c *httpConn) getFeed(user uint64, cursor string) ([]byte, error) {
-	c.req = append(c.req[:0], "GET /v1/users/"...)
-	c.req = strconv.AppendUint(c.req, user, 10)
-	c.req = append(c.req, "/feed?limit="...)
-	c.req = strconv.AppendInt(c.req, pageLimit, 10)
-	if cursor != "" {
-		c.req = append(c.req, "&cursor="...)
-		c.req = append(c.req, url.QueryEscape(cursor)...)
-	}
+// get requests path and returns the body, valid until the next call.
+func (c *httpConn) get(path string) ([]byte, error) {
+	c.req = append(c.req[:0], "GET "...)
+	c.req = append(c.req, path...)
 	c.req = append(c.req, " HTTP/1.1\r\nHost: feed\r\n\r\n"...)
 	// A stalled server fails the run instead of hanging it.
 	if err := c.c.SetDeadline(time.Now().Add(requestTimeout)); err != nil {

@@ -86,7 +86,7 @@ func (b *bench) reads(ctx context.Context) error {
 		}
 	}
 	storePager := func(ctx context.Context, s *session) (bool, error) {
-		snap, err := b.st.ReadFeed(ctx, s.user, s.key, pageLimit+1)
+		snap, err := b.st.ReadFeed(ctx, s.user, s.key, feed.Key{}, pageLimit+1)
 		if err != nil || len(snap.Inbox) <= pageLimit {
 			return false, err
 		}
@@ -114,10 +114,7 @@ func (b *bench) reads(ctx context.Context) error {
 
 	// An unread count is one request whatever the count, so a session is
 	// one count.
-	unreadPager := func(ctx context.Context, s *session) (bool, error) {
-		_, err := api.Marker(ctx, s.user)
-		return false, err
-	}
+	unreadPager := load.unreadPager(b.markerDepth() - 1)
 
 	type runSpec struct {
 		key        string
@@ -136,8 +133,8 @@ func (b *bench) reads(ctx context.Context) error {
 		{key: readClient, name: "diagnostic: inbox-only readers, HTTP through the typed Go client (httpapi/client: net/http transport, every item decoded by encoding/json)", users: inboxOnly, read: clientPager, diagnostic: true},
 		{key: readFew, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullFew), users: fewPull, read: httpPager},
 		{key: readMany, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullMany), users: manyPull, read: httpPager},
-		{key: readUnread, name: fmt.Sprintf("unread counts, marker %d items down, inbox-only readers, HTTP through the typed Go client", markerDepth), users: inboxOnly, read: unreadPager},
-		{key: readUnreadFew, name: fmt.Sprintf("unread counts, marker %d items down, readers following %d pull authors, HTTP through the typed Go client", markerDepth, pullFew), users: fewPull, read: unreadPager},
+		{key: readUnread, name: fmt.Sprintf("unread counts, marker %d items down, inbox-only readers, HTTP", b.markerDepth()), users: inboxOnly, read: unreadPager},
+		{key: readUnreadFew, name: fmt.Sprintf("unread counts, marker %d items down, readers following %d pull authors, HTTP", b.markerDepth(), pullFew), users: fewPull, read: unreadPager},
 	}
 	// The runs take turns in short slices, so a burst of other load on a
 	// shared machine falls on all of them alike rather than on one.
@@ -268,19 +265,19 @@ func (b *bench) setupReaders(ctx context.Context, inboxOnly, fewPull, manyPull [
 	// one read each leaves the measured pages those of a process that has
 	// served the readers before.
 	for _, u := range slices.Concat(fewPull, manyPull) {
-		if _, err := b.st.ReadFeed(ctx, u, store.Top, 1); err != nil {
+		if _, err := b.st.ReadFeed(ctx, u, store.Top, feed.Key{}, 1); err != nil {
 			return err
 		}
 	}
 	// Unread counts are measured for readers a few pages behind: each
 	// marker sits at the markerDepth-th item of the reader's feed.
 	for _, u := range slices.Concat(inboxOnly, fewPull) {
-		page, err := b.stack.svc.Feed(ctx, u, feed.Page{Limit: markerDepth})
+		page, err := b.stack.svc.Feed(ctx, u, feed.Page{Limit: b.markerDepth()})
 		if err != nil {
 			return err
 		}
 		if page.Next == "" {
-			continue
+			return fmt.Errorf("reader %d has fewer than %d items for a marker", u, b.markerDepth())
 		}
 		if _, err := b.stack.svc.SetMarker(ctx, u, page.Next); err != nil {
 			return err
@@ -291,7 +288,10 @@ func (b *bench) setupReaders(ctx context.Context, inboxOnly, fewPull, manyPull [
 }
 
 // markerDepth is how far below the top of their feeds the readers of the
-// unread-count runs have their markers: two pages.
-const markerDepth = 2 * pageLimit
+// unread-count runs have their markers: two pages, or half the loaded inbox
+// if that is less.
+func (b *bench) markerDepth() int {
+	return min(2*pageLimit, b.opt.InboxRows/2)
+}
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
