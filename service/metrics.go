@@ -19,6 +19,7 @@ type Metrics struct {
 	workerErrors    *prometheus.CounterVec
 	feedPullAuthors prometheus.Histogram
 	feedQueries     prometheus.Histogram
+	feedRows        prometheus.Histogram
 	shardUp         *prometheus.GaugeVec
 	// Streams: open now, events sent, statements their watchers ran.
 	streamsOpen        prometheus.Gauge
@@ -53,6 +54,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		feedQueries: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "feed_read_queries", Help: "SQL statements run for one feed page.",
 			Buckets: []float64{1, 2, 3, 4, 6, 10, 20, 40}}),
+		feedRows: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "feed_read_rows", Help: "Rows the SQL statements of one feed page returned: inbox rows, followed authors and outbox rows (posts and heads), deep scroll included.",
+			Buckets: []float64{10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000}}),
 		shardUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "feed_shard_up", Help: "1 while the database's last probe read and wrote in time with a current schema."},
 			[]string{"database"}),
@@ -65,7 +69,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg: reg,
 	}
 	reg.MustRegister(m.postsPublished, m.inboxRows, m.batchSeconds, m.deliveries, m.followEvents,
-		m.backfillRows, m.trimmedRows, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.shardUp,
+		m.backfillRows, m.trimmedRows, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.feedRows, m.shardUp,
 		m.streamsOpen, m.streamEvents, m.streamWatchQueries)
 	return m
 }

@@ -91,7 +91,7 @@ func (s *Service) readFeed(ctx context.Context, userID uint64, before, since fee
 		return nil, nil, err
 	}
 	activeSince := s.markRead(ctx, userID, snap)
-	rd := &pageRead{user: userID, queries: snap.Statements}
+	rd := &pageRead{user: userID, queries: snap.Statements, rows: snap.Rows}
 	sources := make([]store.PullSource, 0, len(snap.Pull))
 	for _, pa := range snap.Pull {
 		bound := before
@@ -120,6 +120,7 @@ func (s *Service) readFeed(ctx context.Context, userID uint64, before, since fee
 	}
 	s.metrics.feedPullAuthors.Observe(float64(len(sources)))
 	s.metrics.feedQueries.Observe(float64(rd.queries))
+	s.metrics.feedRows.Observe(float64(rd.rows))
 	return items, rd, nil
 }
 
@@ -150,6 +151,7 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 		return nil, err
 	}
 	rd.queries++
+	rd.rows += len(authors)
 	sources := make([]store.PullSource, 0, len(authors)+1)
 	for _, a := range append(authors, userID) {
 		sources = append(sources, store.PullSource{AuthorID: a, Before: before, From: from})
@@ -165,6 +167,7 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 type pageRead struct {
 	user    uint64
 	queries int // statements run
+	rows    int // rows they returned
 	// pullAuthors are the followed authors whose outboxes the page merged
 	// above the floor, which a stream watches besides the inbox.
 	pullAuthors []uint64
@@ -183,9 +186,10 @@ func (rd *pageRead) missingAuthors() []uint64 {
 
 // readOutboxes reads up to limit posts of each source, each database within
 // SourceTimeout; with newest, only what the newest limit of all the sources
-// together need (store.PullNewest), for a caller that merges and cuts them. The authors of a database that fails are left out of the
-// page and recorded as missing when PartialReads is on and the database is
-// not the reader's own; otherwise the page fails with its error.
+// together need (store.PullNewest), for a caller that merges and cuts them.
+// The authors of a database that fails are left out of the page and
+// recorded as missing when PartialReads is on and the database is not the
+// reader's own; otherwise the page fails with its error.
 func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []store.PullSource, limit int, newest bool) ([]feed.Post, error) {
 	if len(rd.failed) > 0 {
 		ask := make([]store.PullSource, 0, len(sources))
@@ -207,6 +211,7 @@ func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []stor
 		return nil, err
 	}
 	rd.queries += p.Queries
+	rd.rows += p.Rows
 	if len(p.Missing) == 0 {
 		return p.Posts, nil
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/feedhq/feed/store"
 )
 
@@ -185,6 +187,28 @@ func TestExplainRangeScans(t *testing.T) {
 		}
 		if n != 10 {
 			t.Errorf("%d posts rows in the plan, want 10: %v", n, plan)
+		}
+	})
+
+	// A deep page reads the head of every followed author: one statement
+	// for hundreds of them, which must skip from author to author through
+	// the index (a loose index scan), not read each author's posts.
+	t.Run("pull heads", func(t *testing.T) {
+		t.Parallel()
+		var ids []uint64
+		for a := uint64(1); a <= users; a++ {
+			ids = append(ids, a)
+		}
+		for _, hi := range []int64{top.PublishTime, mid.t} {
+			q, args, err := sqlx.In(store.PullHeadsSQL, ids, 0, hi)
+			must(t, err)
+			plan := explain(t, sh, q, args...)
+			rangeScan(t, plan, "posts")
+			for _, r := range plan {
+				if !strings.Contains(strings.ToLower(r["extra"]), "using index for group-by") {
+					t.Errorf("plan of the heads: %v; want a loose index scan (using index for group-by)", r)
+				}
+			}
 		}
 	})
 

@@ -14,6 +14,7 @@ const (
 	HeaderKeySQL     = headerKeySQL
 	ListPostsSQL     = listPostsSQL
 	PullPartSQL      = pullPartSQL
+	PullHeadsSQL     = pullHeadsSQL
 	FollowersPageSQL = followersPageSQL
 	PushSQL          = pushSQL
 	PushActiveSQL    = pushActiveSQL

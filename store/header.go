@@ -170,6 +170,7 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 		if err := rows.Scan(dest...); err != nil {
 			return snap, false, err
 		}
+		snap.Rows++
 		switch {
 		case src == 1:
 			snap.Pull = append(snap.Pull, PullAuthor{AuthorID: a, Pull: int(t)})

@@ -28,6 +28,7 @@ type FeedSnapshot struct {
 	LastReadAt  int64
 	ActiveSince int64
 	Statements  int // statements the read ran
+	Rows        int // rows they returned: the header, inbox entries and pull authors
 }
 
 // ReadFeed returns the user's inbox entries older than before and at or
@@ -41,8 +42,9 @@ func (s *Store) ReadFeed(ctx context.Context, userID uint64, before, from feed.K
 	snap, pulls, err := sh.readFeedPage(ctx, withPull, userID, before, from, limit)
 	snap.Statements = 1
 	if err == nil && pulls && !withPull {
+		first := snap.Rows
 		snap, pulls, err = sh.readFeedPage(ctx, true, userID, before, from, limit)
-		snap.Statements = 2
+		snap.Statements, snap.Rows = 2, snap.Rows+first
 	}
 	if err != nil {
 		return FeedSnapshot{}, wrap("read feed", err)

@@ -1,0 +1,398 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed"
+)
+
+// PullSource asks for one author's live posts older than Before.
+type PullSource struct {
+	AuthorID uint64
+	Before   feed.Key
+	// From, when set, bounds the read below: posts at or above it only.
+	From feed.Key
+}
+
+// pullChunk bounds the authors read by one pull statement.
+const pullChunk = 64
+
+// pullPartSQL is one author's part of a pull statement: its newest posts
+// below a bound, a backward range scan of the posts primary key.
+const pullPartSQL = `(SELECT content_id, author_id, publish_time, kind FROM posts
+WHERE author_id = ? AND deleted = 0 AND ` + keysetOlder + ` AND ` + keysetFrom + `
+ORDER BY publish_time DESC, content_id DESC LIMIT ?)`
+
+// keysetFrom is the inclusive lower bound of a pull read; the zero key
+// bounds nothing.
+const keysetFrom = `(publish_time > ? OR (publish_time = ? AND content_id >= ?))`
+
+// Pulled is what PullPosts or PullNewest read.
+type Pulled struct {
+	Posts   []feed.Post // in no particular order
+	Queries int         // statements run
+	// Rows counts the rows those statements returned: the posts, and the
+	// heads PullNewest reads first (one per source with posts in range).
+	Rows int
+	// Missing holds the authors, sorted, whose database failed or is known
+	// unreadable: none of their posts are in Posts.
+	Missing []uint64
+	// Err is the failure of the first such database, by name.
+	Err error
+}
+
+// add takes in another read of the same page.
+func (p *Pulled) add(o Pulled) {
+	p.Posts = append(p.Posts, o.Posts...)
+	p.Queries += o.Queries
+	p.Rows += o.Rows
+	if len(o.Missing) > 0 {
+		p.Missing = slices.Compact(slices.Sorted(slices.Values(append(p.Missing, o.Missing...))))
+		p.Err = cmp.Or(p.Err, o.Err)
+	}
+}
+
+// PullPosts reads up to limit live posts of each source, newest first per
+// source, for read-time merging. Sources on the same shard are read together
+// with one UNION ALL statement per 64 authors, so a page costs one query per
+// shard for the usual handful of pull authors; the shards are read in
+// parallel.
+//
+// A shard that fails costs only its own authors, which Pulled reports as
+// missing; whether a page may do without them is the caller's decision. A
+// shard whose last probe could not read it is not asked at all, and with
+// shardTimeout above zero each shard's statements get that long at most, so
+// a hung database the probe has not flagged yet costs no more. The error is
+// for ctx itself ending, which fails the whole read.
+func (s *Store) PullPosts(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) (Pulled, error) {
+	posts, out, err := readShards(ctx, s, sources, shardTimeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]feed.Post, int, error) {
+		return runChunks(ctx, chunked(srcs, pullChunk), func(ctx context.Context, chunk []PullSource) ([]feed.Post, error) {
+			return pullChunkOf(ctx, sh, chunk, limit)
+		})
+	})
+	out.Posts, out.Rows = posts, len(posts)
+	return out, err
+}
+
+// PullNewest returns what PullPosts would for a caller that keeps only the
+// newest limit posts of all the sources together, reading about a page
+// whatever the number of sources: a head per source, then the posts of the
+// few sources the page can come from.
+//
+// With more than limit+1 sources it first reads each source's head, the
+// publish time of its newest post or a later one (pullHeadsSQL), hundreds
+// of sources a statement. Let B be the (limit+1)-th newest head. A post at
+// or above B lies in a source whose head is at or above B, so reading only
+// those sources, down to B and limit posts each at most, yields every post
+// at or above B that can be on the page; when that is limit posts or more,
+// the newest limit of all the sources are among them. A head above its
+// source's posts (a deleted post, or one at the bound's millisecond that
+// the cursor already passed) can leave fewer: taking the (limit+1)-th head
+// rather than the limit-th absorbs the one every page meets, the previous
+// page's last item. Otherwise the posts read are the newest ones and all of
+// them at or above B, and the read goes on below B for the rest, with new
+// heads for the sources it read.
+func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) (Pulled, error) {
+	if len(sources) <= limit+1 {
+		return s.PullPosts(ctx, sources, limit, shardTimeout)
+	}
+	heads, out, err := s.pullHeads(ctx, sources, shardTimeout)
+	if err != nil {
+		return Pulled{}, err
+	}
+	need := limit
+	for len(heads) > 0 {
+		slices.SortFunc(heads, func(a, b sourceHead) int { return cmp.Compare(b.t, a.t) })
+		read, bounded := heads, len(heads) > need+1
+		var bound feed.Key // the key (B, 0): posts at or above it are at B or later
+		if bounded {
+			bound.PublishTime = heads[need].t
+			i := need + 1
+			for i < len(heads) && heads[i].t == bound.PublishTime {
+				i++
+			}
+			read, heads = heads[:i], heads[i:]
+		} else {
+			heads = nil
+		}
+		ask := make([]PullSource, len(read))
+		for i, h := range read {
+			ask[i] = h.src
+			if ask[i].From.Less(bound) {
+				ask[i].From = bound
+			}
+		}
+		got, err := s.PullPosts(ctx, ask, need, shardTimeout)
+		if err != nil {
+			return Pulled{}, err
+		}
+		out.add(got)
+		if !bounded || len(got.Posts) >= need {
+			break
+		}
+		need -= len(got.Posts)
+		below := make([]PullSource, 0, len(read))
+		for _, h := range read {
+			src := h.src
+			if _, gone := slices.BinarySearch(got.Missing, src.AuthorID); gone {
+				continue
+			}
+			src.Before = olderKey(src.Before, bound)
+			below = append(below, src)
+		}
+		more, stats, err := s.pullHeads(ctx, below, shardTimeout)
+		if err != nil {
+			return Pulled{}, err
+		}
+		out.add(stats)
+		heads = append(heads, more...)
+	}
+	return out, nil
+}
+
+// olderKey returns the older of two keys: the tighter of two "older than"
+// bounds.
+func olderKey(a, b feed.Key) feed.Key {
+	if a.Less(b) {
+		return a
+	}
+	return b
+}
+
+// sourceHead is a source with its head: the publish time of its newest post
+// in range, or a later one (pullHeadsSQL).
+type sourceHead struct {
+	src PullSource
+	t   int64
+}
+
+// headChunk bounds the authors of one heads statement: MariaDB turns an IN
+// list of 1000 values or more into a join with a derived table, which loses
+// the loose index scan.
+const headChunk = 500
+
+// pullHeadsSQL reads, for each author of a list, the publish time of its
+// newest post, live or deleted, within a range of times: a loose index scan
+// of the posts primary key ("Using index for group-by"), a seek per author,
+// hundreds of authors in one statement where a UNION ALL of a part per
+// author costs the server a parse and a plan per part. The deleted flag and
+// the content id part of a keyset bound are left out so that the server can
+// skip from author to author; a head is therefore at or above the newest
+// live post of the source's keyset range, never below it, which is all
+// PullNewest needs.
+const pullHeadsSQL = `SELECT author_id, MAX(publish_time) AS t FROM posts
+WHERE author_id IN (?) AND publish_time >= ? AND publish_time <= ? GROUP BY author_id`
+
+// timeRange returns the publish times, inclusive, that the source's keyset
+// range lies within.
+func (src PullSource) timeRange() (lo, hi int64) {
+	hi = src.Before.PublishTime
+	if src.Before.ContentID == 0 {
+		hi-- // Before is exclusive: nothing at its millisecond is older
+	}
+	return src.From.PublishTime, hi
+}
+
+// pullHeads reads the heads of the sources, with one statement per
+// headChunk sources that share their time range; sources without a post in
+// it are left out.
+func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout time.Duration) ([]sourceHead, Pulled, error) {
+	heads, out, err := readShards(ctx, s, sources, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]sourceHead, int, error) {
+		type times struct{ lo, hi int64 }
+		var ranges []times
+		byRange := map[times][]PullSource{}
+		for _, src := range srcs {
+			lo, hi := src.timeRange()
+			if lo > hi {
+				continue
+			}
+			r := times{lo, hi}
+			if _, ok := byRange[r]; !ok {
+				ranges = append(ranges, r)
+			}
+			byRange[r] = append(byRange[r], src)
+		}
+		var chunks [][]PullSource
+		for _, r := range ranges {
+			chunks = append(chunks, chunked(byRange[r], headChunk)...)
+		}
+		return runChunks(ctx, chunks, func(ctx context.Context, chunk []PullSource) ([]sourceHead, error) {
+			return headsChunkOf(ctx, sh, chunk)
+		})
+	})
+	out.Rows = len(heads)
+	return heads, out, err
+}
+
+// headsChunkOf runs one heads statement over sources that share their time
+// range.
+func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource) ([]sourceHead, error) {
+	lo, hi := chunk[0].timeRange()
+	ids := make([]uint64, len(chunk))
+	for i, src := range chunk {
+		ids[i] = src.AuthorID
+	}
+	q, args, err := sqlx.In(pullHeadsSQL, ids, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	var rows []struct {
+		AuthorID uint64 `db:"author_id"`
+		T        int64  `db:"t"`
+	}
+	if err := sqlx.SelectContext(ctx, sh.pool(ctx), &rows, q, args...); err != nil {
+		return nil, wrap("pull heads", err)
+	}
+	byAuthor := make(map[uint64]int64, len(rows))
+	for _, r := range rows {
+		byAuthor[r.AuthorID] = r.T
+	}
+	out := make([]sourceHead, 0, len(rows))
+	for _, src := range chunk {
+		if t, ok := byAuthor[src.AuthorID]; ok {
+			out = append(out, sourceHead{src: src, t: t})
+		}
+	}
+	return out, nil
+}
+
+// readShards runs read over each database's share of the sources, the
+// databases in parallel, each within timeout when it is above zero, and
+// returns what they read with the statements they ran. A database that
+// fails, or whose last probe could not read it, costs only its own sources:
+// their authors come back in Missing. The error is for ctx itself ending,
+// which fails the whole read.
+func readShards[T any](ctx context.Context, s *Store, sources []PullSource, timeout time.Duration,
+	read func(ctx context.Context, sh *Shard, srcs []PullSource) ([]T, int, error)) ([]T, Pulled, error) {
+	byShard := map[*Shard][]PullSource{}
+	for _, src := range sources {
+		sh := s.ShardOf(src.AuthorID)
+		byShard[sh] = append(byShard[sh], src)
+	}
+	type part struct {
+		sh      *Shard
+		srcs    []PullSource
+		got     []T
+		queries int
+		err     error
+	}
+	parts := make([]part, 0, len(byShard))
+	for _, sh := range s.shards { // by name: Err names the same shard every time
+		if srcs, ok := byShard[sh]; ok {
+			parts = append(parts, part{sh: sh, srcs: srcs})
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range parts {
+		p := &parts[i]
+		if h := p.sh.Health(); h.Unreadable {
+			p.err = errors.Join(feed.Errorf(feed.EUNAVAILABLE, "database unavailable"),
+				fmt.Errorf("store: pull posts: database %s is down", p.sh.Name), h.Err)
+			continue
+		}
+		wg.Go(func() {
+			ctx := ctx
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			p.got, p.queries, p.err = read(ctx, p.sh, p.srcs)
+		})
+	}
+	wg.Wait()
+	var (
+		got []T
+		out Pulled
+	)
+	for _, p := range parts {
+		out.Queries += p.queries
+		if p.err == nil {
+			got = append(got, p.got...)
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, Pulled{}, wrap("pull posts", err)
+		}
+		out.Err = cmp.Or(out.Err, p.err)
+		for _, src := range p.srcs {
+			out.Missing = append(out.Missing, src.AuthorID)
+		}
+	}
+	slices.Sort(out.Missing)
+	out.Missing = slices.Compact(out.Missing)
+	return got, out, nil
+}
+
+// chunked splits srcs into runs of at most n.
+func chunked(srcs []PullSource, n int) [][]PullSource {
+	var out [][]PullSource
+	for start := 0; start < len(srcs); start += n {
+		out = append(out, srcs[start:min(start+n, len(srcs))])
+	}
+	return out
+}
+
+// pullParallel is how many of a page's pull statements run at once on one
+// database: a page of many followees is many statements, each a few index
+// seeks, and the Reads pool has the connections.
+const pullParallel = 4
+
+// runChunks runs read over each chunk, up to pullParallel at once, and
+// returns what they read and the statements that completed; the first
+// failure fails them all.
+func runChunks[T any](ctx context.Context, chunks [][]PullSource, read func(ctx context.Context, chunk []PullSource) ([]T, error)) ([]T, int, error) {
+	var (
+		mu      sync.Mutex
+		out     []T
+		queries int
+		first   error
+		wg      sync.WaitGroup
+		slots   = make(chan struct{}, pullParallel)
+	)
+	for _, chunk := range chunks {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			got, err := read(ctx, chunk)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				first = cmp.Or(first, err)
+				return
+			}
+			queries++
+			out = append(out, got...)
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, queries, first
+	}
+	return out, queries, nil
+}
+
+// pullChunkOf runs one pull statement over up to pullChunk sources.
+func pullChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, limit int) ([]feed.Post, error) {
+	parts := make([]string, len(chunk))
+	args := make([]any, 0, 8*len(chunk))
+	for i, src := range chunk {
+		parts[i] = pullPartSQL
+		args = append(args, src.AuthorID, src.Before.PublishTime, src.Before.PublishTime, src.Before.ContentID,
+			src.From.PublishTime, src.From.PublishTime, src.From.ContentID, limit)
+	}
+	var posts []feed.Post
+	if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, strings.Join(parts, " UNION ALL "), args...); err != nil {
+		return nil, wrap("pull posts", err)
+	}
+	return posts, nil
+}

@@ -1,0 +1,221 @@
+package store_test
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+)
+
+// outboxes is the brute-force truth of PullNewest: every post of a set of
+// authors, with which are deleted.
+type outboxes struct {
+	posts   []feed.Post
+	deleted map[uint64]bool
+}
+
+// load writes the posts, marking deleted those of deleted.
+func (o outboxes) load(t *testing.T, st *store.Store) {
+	t.Helper()
+	insertPosts(t, st, o.posts)
+	byShard := map[*store.Shard][]any{}
+	for _, p := range o.posts {
+		if o.deleted[p.ContentID] {
+			sh := st.ShardOf(p.AuthorID)
+			byShard[sh] = append(byShard[sh], p.ContentID)
+		}
+	}
+	for sh, ids := range byShard {
+		for part := range slices.Chunk(ids, 500) {
+			q := "UPDATE posts SET deleted = 1 WHERE content_id IN (?" + strings.Repeat(",?", len(part)-1) + ")"
+			mustExec(t, sh.DB, q, part...)
+		}
+	}
+}
+
+// newest is what a full sort gives: the newest limit live posts of all the
+// sources together, each in its own range.
+func (o outboxes) newest(sources []store.PullSource, limit int) []feed.Post {
+	bySource := map[uint64][]store.PullSource{}
+	for _, src := range sources {
+		bySource[src.AuthorID] = append(bySource[src.AuthorID], src)
+	}
+	var out []feed.Post
+	for _, p := range o.posts {
+		if o.deleted[p.ContentID] {
+			continue
+		}
+		for _, src := range bySource[p.AuthorID] {
+			if p.Key().Less(src.Before) && !p.Key().Less(src.From) {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	slices.SortFunc(out, newestFirst)
+	return out[:min(limit, len(out))]
+}
+
+// newestOf sorts what a pull read returned and keeps the newest limit, as
+// the merge of a page does.
+func newestOf(posts []feed.Post, limit int) []feed.Post {
+	posts = slices.Clone(posts)
+	slices.SortFunc(posts, newestFirst)
+	posts = slices.CompactFunc(posts, func(a, b feed.Post) bool { return a.ContentID == b.ContentID })
+	return posts[:min(limit, len(posts))]
+}
+
+// randomOutboxes gives authors 0 to maxPosts posts each; dense authors post
+// within 60 ms (ties on publish_time at every millisecond), the others
+// within 20 s. About one post in six is deleted, and so is the newest post
+// of every fifth author: a head that stands above its author's live posts.
+func randomOutboxes(rng *rand.Rand, authors []uint64, maxPosts int) outboxes {
+	o := outboxes{deleted: map[uint64]bool{}}
+	id := uint64(1_000_000)
+	for i, a := range authors {
+		span := 20_000
+		if i%2 == 0 {
+			span = 60
+		}
+		var newest feed.Post
+		for range rng.IntN(maxPosts + 1) {
+			id++
+			p := feed.Post{ContentID: id, AuthorID: a, PublishTime: t0 + int64(rng.IntN(span)), Kind: feed.KindPost}
+			o.posts = append(o.posts, p)
+			if rng.IntN(6) == 0 {
+				o.deleted[p.ContentID] = true
+			}
+			if newest.Key().Less(p.Key()) {
+				newest = p
+			}
+		}
+		if i%5 == 0 && newest.ContentID != 0 {
+			o.deleted[newest.ContentID] = true
+		}
+	}
+	return o
+}
+
+// TestPullNewest checks the threshold read against a full sort of every
+// source's live posts, over two databases with more sources on each than
+// one heads statement takes: with ties on publish_time, deleted posts
+// (deleted heads among them), bounds that differ per source, lower bounds,
+// and a scroll whose every cursor is the last item of the page before.
+func TestPullNewest(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 2)
+	rng := rand.New(rand.NewPCG(7, 11))
+	authors := append(idsOn(st, 0, 100, 600), idsOn(st, 1, 100, 150)...)
+	o := randomOutboxes(rng, authors, 12)
+	o.load(t, st)
+
+	check := func(t *testing.T, sources []store.PullSource, limit int) []feed.Post {
+		t.Helper()
+		got, err := st.PullNewest(t.Context(), sources, limit, 0)
+		must(t, err)
+		if got.Missing != nil {
+			t.Fatalf("authors %v missing: %v", got.Missing, got.Err)
+		}
+		want := o.newest(sources, limit)
+		if have := newestOf(got.Posts, limit); !slices.Equal(have, want) {
+			t.Fatalf("limit %d: newest %v\nwant %v", limit, have, want)
+		}
+		return want
+	}
+	randomKey := func() feed.Key {
+		return feed.Key{PublishTime: t0 + int64(rng.IntN(20_000)), ContentID: 1_000_000 + rng.Uint64N(uint64(len(o.posts)))}
+	}
+
+	t.Run("bounds per source", func(t *testing.T) {
+		for _, limit := range []int{1, 5, 21, 101} {
+			var sources []store.PullSource
+			for _, a := range authors {
+				src := store.PullSource{AuthorID: a, Before: store.Top}
+				switch rng.IntN(4) {
+				case 0:
+					src.Before = randomKey()
+				case 1:
+					src.From = randomKey()
+				case 2:
+					src.Before, src.From = randomKey(), randomKey()
+				}
+				sources = append(sources, src)
+			}
+			check(t, sources, limit)
+		}
+	})
+
+	t.Run("scroll", func(t *testing.T) {
+		for _, limit := range []int{3, 21} {
+			before := store.Top
+			var from feed.Key
+			if limit == 3 {
+				from = feed.Key{PublishTime: t0 + 19_000} // a since position: the newest sparse posts only
+			}
+			for page := 0; ; page++ {
+				sources := make([]store.PullSource, len(authors))
+				for i, a := range authors {
+					sources[i] = store.PullSource{AuthorID: a, Before: before, From: from}
+				}
+				items := check(t, sources, limit)
+				if len(items) < limit {
+					break
+				}
+				if page > 2000 {
+					t.Fatal("scroll did not end")
+				}
+				before = items[len(items)-1].Key()
+			}
+		}
+	})
+}
+
+// TestPullNewestRows bounds what a deep page reads: with 3,000 sources of
+// 25 posts each, every page of a scroll returns a head per source and about
+// a page of posts, where reading each source's newest posts would return
+// sources × limit rows; and the heads cost a statement per 500 sources.
+func TestPullNewestRows(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 2)
+	rng := rand.New(rand.NewPCG(3, 5))
+	authors := append(idsOn(st, 0, 100, 2000), idsOn(st, 1, 100, 1000)...)
+	var o outboxes
+	id := uint64(1_000_000)
+	for _, a := range authors {
+		for range 25 {
+			id++
+			o.posts = append(o.posts, feed.Post{ContentID: id, AuthorID: a, PublishTime: t0 + rng.Int64N(100_000_000), Kind: feed.KindPost})
+		}
+	}
+	o.load(t, st)
+	const limit = 21
+	before := store.Top
+	for page := range 20 {
+		sources := make([]store.PullSource, len(authors))
+		for i, a := range authors {
+			sources[i] = store.PullSource{AuthorID: a, Before: before}
+		}
+		got, err := st.PullNewest(t.Context(), sources, limit, 0)
+		must(t, err)
+		want := o.newest(sources, limit)
+		if have := newestOf(got.Posts, limit); !slices.Equal(have, want) {
+			t.Fatalf("page %d: newest %v\nwant %v", page, have, want)
+		}
+		// A head per source, and posts from about limit+1 of them.
+		if maxRows := len(authors) + 4*limit; got.Rows > maxRows {
+			t.Errorf("page %d read %d rows, want at most %d (heads of %d sources + 4 × limit)", page, got.Rows, maxRows, len(authors))
+		}
+		// Heads: 4 statements on the first database, 2 on the second;
+		// then one or two for the posts.
+		if got.Queries > 6+2*2 {
+			t.Errorf("page %d ran %d statements, want at most 10", page, got.Queries)
+		}
+		if page == 0 {
+			t.Logf("page %d: %d rows, %d statements", page, got.Rows, got.Queries)
+		}
+		before = want[limit-1].Key()
+	}
+}
