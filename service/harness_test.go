@@ -32,6 +32,7 @@ type harness struct {
 	svc   *service.Service
 	store *store.Store
 	cfg   service.Config
+	reg   *prometheus.Registry // svc's metrics
 	// shards is the map the store was opened from: another "process" opens
 	// its own pools on the same databases with it.
 	shards *store.ShardMap
@@ -79,7 +80,8 @@ func newHarness(t testing.TB, opt harnessOpts) *harness {
 		now = time.Now
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	svc, err := service.New(st, cfg, log, service.NewMetrics(prometheus.NewRegistry()), now)
+	reg := prometheus.NewRegistry()
+	svc, err := service.New(st, cfg, log, service.NewMetrics(reg), now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func newHarness(t testing.TB, opt harnessOpts) *harness {
 		go func() { defer close(done); svc.RunWorkers(ctx, time.Second) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	return &harness{svc: svc, store: st, cfg: cfg, shards: shards, now: now}
+	return &harness{svc: svc, store: st, cfg: cfg, reg: reg, shards: shards, now: now}
 }
 
 // waitIdle waits until no work is queued on any shard. The deadline only

@@ -1024,12 +1024,18 @@ func TestFeedPullQueriesPerShard(t *testing.T) {
 // feedQueries returns the total of the feed_read_queries histogram.
 func feedQueries(t testing.TB, reg *prometheus.Registry) float64 {
 	t.Helper()
+	return histogramSum(t, reg, "feed_read_queries")
+}
+
+// histogramSum returns the sum of the samples of a histogram of reg.
+func histogramSum(t testing.TB, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == "feed_read_queries" {
+		if mf.GetName() == name {
 			return mf.GetMetric()[0].GetHistogram().GetSampleSum()
 		}
 	}
