@@ -212,6 +212,15 @@ func TestExplainRangeScans(t *testing.T) {
 		}
 	})
 
+	// The posts of the followees a deep page can come from: one range of
+	// the primary key per author, in one statement.
+	t.Run("pull window", func(t *testing.T) {
+		t.Parallel()
+		q, args, err := sqlx.In(store.PullWindowSQL, []uint64{3, 5, 7, 9}, mid.t, mid.t, mid.id, mid.t-5000, mid.t-5000, 0, 169)
+		must(t, err)
+		rangeScan(t, explain(t, sh, q, args...), "posts")
+	})
+
 	t.Run("fan-out followers page", func(t *testing.T) {
 		t.Parallel()
 		rangeScan(t, explain(t, sh, store.FollowersPageSQL, 2, 300, uint64(1<<64-1), 300), "followers")

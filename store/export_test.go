@@ -15,6 +15,7 @@ const (
 	ListPostsSQL     = listPostsSQL
 	PullPartSQL      = pullPartSQL
 	PullHeadsSQL     = pullHeadsSQL
+	PullWindowSQL    = pullWindowSQL
 	FollowersPageSQL = followersPageSQL
 	PushSQL          = pushSQL
 	PushActiveSQL    = pushActiveSQL

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -75,7 +76,7 @@ func (p *Pulled) add(o Pulled) {
 // for ctx itself ending, which fails the whole read.
 func (s *Store) PullPosts(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) (Pulled, error) {
 	posts, out, err := readShards(ctx, s, sources, shardTimeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]feed.Post, int, error) {
-		return runChunks(ctx, chunked(srcs, pullChunk), func(ctx context.Context, chunk []PullSource) ([]feed.Post, error) {
+		return runChunks(ctx, chunked(srcs, pullChunk), func(ctx context.Context, chunk []PullSource) ([]feed.Post, int, error) {
 			return pullChunkOf(ctx, sh, chunk, limit)
 		})
 	})
@@ -92,15 +93,14 @@ func (s *Store) PullPosts(ctx context.Context, sources []PullSource, limit int, 
 // publish time of its newest post or a later one (pullHeadsSQL), hundreds
 // of sources a statement. Let B be the (limit+1)-th newest head. A post at
 // or above B lies in a source whose head is at or above B, so reading only
-// those sources, down to B and limit posts each at most, yields every post
-// at or above B that can be on the page; when that is limit posts or more,
-// the newest limit of all the sources are among them. A head above its
-// source's posts (a deleted post, or one at the bound's millisecond that
-// the cursor already passed) can leave fewer: taking the (limit+1)-th head
-// rather than the limit-th absorbs the one every page meets, the previous
-// page's last item. Otherwise the posts read are the newest ones and all of
-// them at or above B, and the read goes on below B for the rest, with new
-// heads for the sources it read.
+// those sources, down to B (pullWindows), yields every post at or above B;
+// when that is limit posts or more, the newest limit of all the sources are
+// among them. A head above its source's posts (a deleted post, or one at
+// the bound's millisecond that the cursor already passed) can leave fewer:
+// taking the (limit+1)-th head rather than the limit-th absorbs the one
+// every page meets, the previous page's last item. Otherwise the posts read
+// are the newest ones and all of them at or above B, and the read goes on
+// below B for the rest, with new heads for the sources it read.
 func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) (Pulled, error) {
 	if len(sources) <= limit+1 {
 		return s.PullPosts(ctx, sources, limit, shardTimeout)
@@ -131,7 +131,11 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 				ask[i].From = bound
 			}
 		}
-		got, err := s.PullPosts(ctx, ask, need, shardTimeout)
+		read1 := s.PullPosts
+		if bounded {
+			read1 = s.pullWindows
+		}
+		got, err := read1(ctx, ask, need, shardTimeout)
 		if err != nil {
 			return Pulled{}, err
 		}
@@ -157,6 +161,81 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 		heads = append(heads, more...)
 	}
 	return out, nil
+}
+
+// windowRows bounds, in pages, the rows one window statement may return.
+const windowRows = 8
+
+// pullWindowSQL reads every live post of a list of authors in one keyset
+// window, in index order and no further than a row count: one statement,
+// one range per author, where a UNION ALL of a part per author costs the
+// server a parse and a plan per part.
+const pullWindowSQL = `SELECT content_id, author_id, publish_time, kind FROM posts
+WHERE author_id IN (?) AND deleted = 0 AND ` + keysetOlder + ` AND ` + keysetFrom + ` LIMIT ?`
+
+// pullWindows returns what PullPosts would for sources whose ranges are
+// bounded below (From), as PullNewest's are once it has a bound: their
+// posts in range up to limit each. It reads each set of sources that share
+// their range with one window statement per headChunk sources, which
+// returns every post in range when they are at most windowRows pages; more
+// means that some source posts far more often than the others (its head
+// stands high, and its posts fill the window), and those sources are read
+// with PullPosts' statements instead, limit posts each.
+func (s *Store) pullWindows(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) (Pulled, error) {
+	maxRows := windowRows * max(limit, 1)
+	var rows atomic.Int64
+	posts, out, err := readShards(ctx, s, sources, shardTimeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]feed.Post, int, error) {
+		type window struct{ before, from feed.Key }
+		var windows []window
+		bySrc := map[window][]PullSource{}
+		for _, src := range srcs {
+			w := window{src.Before, src.From}
+			if _, ok := bySrc[w]; !ok {
+				windows = append(windows, w)
+			}
+			bySrc[w] = append(bySrc[w], src)
+		}
+		var chunks [][]PullSource
+		for _, w := range windows {
+			chunks = append(chunks, chunked(bySrc[w], headChunk)...)
+		}
+		return runChunks(ctx, chunks, func(ctx context.Context, chunk []PullSource) ([]feed.Post, int, error) {
+			posts, err := windowChunkOf(ctx, sh, chunk, maxRows)
+			if err != nil {
+				return nil, 0, err
+			}
+			rows.Add(int64(len(posts)))
+			if len(posts) <= maxRows {
+				return posts, 1, nil
+			}
+			got, n, err := runChunks(ctx, chunked(chunk, pullChunk), func(ctx context.Context, part []PullSource) ([]feed.Post, int, error) {
+				return pullChunkOf(ctx, sh, part, limit)
+			})
+			rows.Add(int64(len(got)))
+			return got, 1 + n, err
+		})
+	})
+	out.Posts, out.Rows = posts, int(rows.Load())
+	return out, err
+}
+
+// windowChunkOf runs one window statement over sources that share their
+// range, for up to maxRows+1 rows.
+func windowChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, maxRows int) ([]feed.Post, error) {
+	ids := make([]uint64, len(chunk))
+	for i, src := range chunk {
+		ids[i] = src.AuthorID
+	}
+	b, f := chunk[0].Before, chunk[0].From
+	q, args, err := sqlx.In(pullWindowSQL, ids, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, f.PublishTime, f.ContentID, maxRows+1)
+	if err != nil {
+		return nil, err
+	}
+	var posts []feed.Post
+	if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, q, args...); err != nil {
+		return nil, wrap("pull window", err)
+	}
+	return posts, nil
 }
 
 // olderKey returns the older of two keys: the tighter of two "older than"
@@ -225,7 +304,7 @@ func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout tim
 		for _, r := range ranges {
 			chunks = append(chunks, chunked(byRange[r], headChunk)...)
 		}
-		return runChunks(ctx, chunks, func(ctx context.Context, chunk []PullSource) ([]sourceHead, error) {
+		return runChunks(ctx, chunks, func(ctx context.Context, chunk []PullSource) ([]sourceHead, int, error) {
 			return headsChunkOf(ctx, sh, chunk)
 		})
 	})
@@ -235,7 +314,7 @@ func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout tim
 
 // headsChunkOf runs one heads statement over sources that share their time
 // range.
-func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource) ([]sourceHead, error) {
+func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource) ([]sourceHead, int, error) {
 	lo, hi := chunk[0].timeRange()
 	ids := make([]uint64, len(chunk))
 	for i, src := range chunk {
@@ -243,14 +322,14 @@ func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource) ([]sourceH
 	}
 	q, args, err := sqlx.In(pullHeadsSQL, ids, lo, hi)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var rows []struct {
 		AuthorID uint64 `db:"author_id"`
 		T        int64  `db:"t"`
 	}
 	if err := sqlx.SelectContext(ctx, sh.pool(ctx), &rows, q, args...); err != nil {
-		return nil, wrap("pull heads", err)
+		return nil, 0, wrap("pull heads", err)
 	}
 	byAuthor := make(map[uint64]int64, len(rows))
 	for _, r := range rows {
@@ -262,7 +341,7 @@ func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource) ([]sourceH
 			out = append(out, sourceHead{src: src, t: t})
 		}
 	}
-	return out, nil
+	return out, 1, nil
 }
 
 // readShards runs read over each database's share of the sources, the
@@ -348,9 +427,9 @@ func chunked(srcs []PullSource, n int) [][]PullSource {
 const pullParallel = 4
 
 // runChunks runs read over each chunk, up to pullParallel at once, and
-// returns what they read and the statements that completed; the first
-// failure fails them all.
-func runChunks[T any](ctx context.Context, chunks [][]PullSource, read func(ctx context.Context, chunk []PullSource) ([]T, error)) ([]T, int, error) {
+// returns what they read and the statements that completed (read says how
+// many it ran); the first failure fails them all.
+func runChunks[T any](ctx context.Context, chunks [][]PullSource, read func(ctx context.Context, chunk []PullSource) ([]T, int, error)) ([]T, int, error) {
 	var (
 		mu      sync.Mutex
 		out     []T
@@ -363,14 +442,14 @@ func runChunks[T any](ctx context.Context, chunks [][]PullSource, read func(ctx 
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			got, err := read(ctx, chunk)
+			got, n, err := read(ctx, chunk)
 			mu.Lock()
 			defer mu.Unlock()
+			queries += n
 			if err != nil {
 				first = cmp.Or(first, err)
 				return
 			}
-			queries++
 			out = append(out, got...)
 		})
 	}
@@ -382,7 +461,7 @@ func runChunks[T any](ctx context.Context, chunks [][]PullSource, read func(ctx 
 }
 
 // pullChunkOf runs one pull statement over up to pullChunk sources.
-func pullChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, limit int) ([]feed.Post, error) {
+func pullChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, limit int) ([]feed.Post, int, error) {
 	parts := make([]string, len(chunk))
 	args := make([]any, 0, 8*len(chunk))
 	for i, src := range chunk {
@@ -392,7 +471,7 @@ func pullChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, limit int) 
 	}
 	var posts []feed.Post
 	if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, strings.Join(parts, " UNION ALL "), args...); err != nil {
-		return nil, wrap("pull posts", err)
+		return nil, 0, wrap("pull posts", err)
 	}
-	return posts, nil
+	return posts, 1, nil
 }
