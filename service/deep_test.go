@@ -20,9 +20,11 @@ import (
 // repeat (each millisecond used is shared by about ten posts), and between
 // pages posts are deleted (among them the posts just below the cursor, the
 // heads the next page's threshold read starts from), authors are followed
-// (backfills pending, then done) and unfollowed. Each page must read about
-// a row per followee (its edge, its head) and a page of posts, as the
-// service's feed_read_rows reports, never a page per followee.
+// (backfills pending, then done) and unfollowed, and posts are published
+// backdated below the cursor through another process, which voids what
+// this one kept of the outboxes of that database. Each page must read
+// about a row per followee (its edge, its head) and a page of posts, as
+// the service's feed_read_rows reports, never a page per followee.
 func TestFeedDeepScrollManyFollowees(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(21, 21))
@@ -93,6 +95,7 @@ func TestFeedDeepScrollManyFollowees(t *testing.T) {
 		}
 		h.waitIdle(t)
 	}
+	other, _ := h.startProcess(t)
 	var maxRows float64
 	deep := 0
 	for _, limit := range []int{20, 50} {
@@ -116,6 +119,16 @@ func TestFeedDeepScrollManyFollowees(t *testing.T) {
 				deleteNext(last, 2)
 			case 3:
 				m.follow(t, h, reader, later[page%len(later)]) // backfill pending: merged from the outbox
+			case 4:
+				if last.Less(floor) {
+					// Backdated below the cursor, through another process:
+					// what this one knows of that outbox is void.
+					p := m.newPost(r, imported[r.IntN(followees)], last.PublishTime-1)
+					if _, _, err := other.Publish(ctx, service.PublishInput{AuthorID: p.AuthorID, ContentID: p.ContentID, PublishTime: &p.PublishTime}); err != nil {
+						t.Fatal(err)
+					}
+					m.add(p)
+				}
 			case 5:
 				m.unfollow(t, h, reader, imported[r.IntN(followees)])
 			case 6:

@@ -47,6 +47,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 	if cfg.PullCacheTTL > 0 {
 		s.cache = newOutboxCache(cfg.PullCacheTTL)
 	}
+	st.CacheHeads(cfg.ClockSkew, now)
 	return s, nil
 }
 

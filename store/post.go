@@ -81,6 +81,9 @@ func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored
 		if _, err := tx.ExecContext(ctx, insertOwnInboxSQL, p.AuthorID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind); err != nil {
 			return err
 		}
+		if err := bumpBackdates(ctx, tx, p, now); err != nil {
+			return err
+		}
 		stored, created = p, true
 		return nil
 	})

@@ -490,6 +490,25 @@ func TestPullPostsDatabaseDown(t *testing.T) {
 		}
 	})
 
+	// The threshold read of a process that caches heads first reads each
+	// database's backdate sequence: a database that hangs then costs the
+	// timeout once, and is not asked again by the read.
+	t.Run("newest, hung, cached", func(t *testing.T) {
+		t.Parallel()
+		addr, accepted := hungServer(t)
+		st := withSecond("root@tcp(" + addr + ")/x")
+		st.CacheHeads(time.Minute, time.Now)
+		got, err := st.PullNewest(t.Context(), sources, 1, 200*time.Millisecond)
+		must(t, err)
+		if newest := newestOf(got.Posts, 1); !slices.Equal(newest, wantUp[len(wantUp)-1:]) || !slices.Equal(got.Missing, down) {
+			t.Errorf("newest %v, missing %v; want %v, %v", newest, got.Missing, wantUp[len(wantUp)-1:], down)
+		}
+		wantCode(t, got.Err, feed.EUNAVAILABLE)
+		if n := accepted.Load(); n != 1 {
+			t.Errorf("the hung database was asked on %d connections, want 1", n)
+		}
+	})
+
 	t.Run("caller's deadline", func(t *testing.T) {
 		t.Parallel()
 		addr, _ := hungServer(t)

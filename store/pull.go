@@ -105,10 +105,21 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 	if len(sources) <= limit+1 {
 		return s.PullPosts(ctx, sources, limit, shardTimeout)
 	}
-	heads, out, err := s.pullHeads(ctx, sources, shardTimeout)
+	k, learnt, err := s.learn(ctx, sources, shardTimeout)
 	if err != nil {
 		return Pulled{}, err
 	}
+	if len(learnt.Missing) > 0 {
+		sources = slices.DeleteFunc(slices.Clone(sources), func(src PullSource) bool {
+			_, gone := slices.BinarySearch(learnt.Missing, src.AuthorID)
+			return gone
+		})
+	}
+	heads, out, err := s.pullHeads(ctx, sources, shardTimeout, k)
+	if err != nil {
+		return Pulled{}, err
+	}
+	out.add(learnt)
 	need := limit
 	for len(heads) > 0 {
 		slices.SortFunc(heads, func(a, b sourceHead) int { return cmp.Compare(b.t, a.t) })
@@ -140,6 +151,7 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 			return Pulled{}, err
 		}
 		out.add(got)
+		k.keepPosts(ask, got, need)
 		if !bounded || len(got.Posts) >= need {
 			break
 		}
@@ -153,7 +165,7 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 			src.Before = olderKey(src.Before, bound)
 			below = append(below, src)
 		}
-		more, stats, err := s.pullHeads(ctx, below, shardTimeout)
+		more, stats, err := s.pullHeads(ctx, below, shardTimeout, k)
 		if err != nil {
 			return Pulled{}, err
 		}
@@ -281,11 +293,24 @@ func (src PullSource) timeRange() (lo, hi int64) {
 	return src.From.PublishTime, hi
 }
 
-// pullHeads reads the heads of the sources, with one statement per
-// headChunk sources that share their time range; sources without a post in
-// it are left out.
-func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout time.Duration) ([]sourceHead, Pulled, error) {
-	heads, out, err := readShards(ctx, s, sources, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]sourceHead, int, error) {
+// pullHeads reads the heads of the sources, from what k knows where it
+// can and otherwise with one statement per headChunk sources that share
+// their time range; sources without a post in it are left out.
+func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout time.Duration, k *knowledge) ([]sourceHead, Pulled, error) {
+	var known []sourceHead
+	ask := sources
+	if k != nil {
+		ask = make([]PullSource, 0, len(sources))
+		for _, src := range sources {
+			switch h, found, ok := k.cached(src); {
+			case !ok:
+				ask = append(ask, src)
+			case found:
+				known = append(known, h)
+			}
+		}
+	}
+	heads, out, err := readShards(ctx, s, ask, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]sourceHead, int, error) {
 		type times struct{ lo, hi int64 }
 		var ranges []times
 		byRange := map[times][]PullSource{}
@@ -305,16 +330,16 @@ func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout tim
 			chunks = append(chunks, chunked(byRange[r], headChunk)...)
 		}
 		return runChunks(ctx, chunks, func(ctx context.Context, chunk []PullSource) ([]sourceHead, int, error) {
-			return headsChunkOf(ctx, sh, chunk)
+			return headsChunkOf(ctx, sh, chunk, k)
 		})
 	})
 	out.Rows = len(heads)
-	return heads, out, err
+	return append(heads, known...), out, err
 }
 
 // headsChunkOf runs one heads statement over sources that share their time
 // range.
-func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource) ([]sourceHead, int, error) {
+func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, k *knowledge) ([]sourceHead, int, error) {
 	lo, hi := chunk[0].timeRange()
 	ids := make([]uint64, len(chunk))
 	for i, src := range chunk {
@@ -335,6 +360,7 @@ func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource) ([]sourceH
 	for _, r := range rows {
 		byAuthor[r.AuthorID] = r.T
 	}
+	k.keepHeads(chunk, byAuthor)
 	out := make([]sourceHead, 0, len(rows))
 	for _, src := range chunk {
 		if t, ok := byAuthor[src.AuthorID]; ok {

@@ -5,9 +5,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storetest"
 )
 
 // outboxes is the brute-force truth of PullNewest: every post of a set of
@@ -106,13 +108,18 @@ func randomOutboxes(rng *rand.Rand, authors []uint64, maxPosts int) outboxes {
 // and a scroll whose every cursor is the last item of the page before.
 func TestPullNewest(t *testing.T) {
 	t.Parallel()
-	st := newStore(t, 2)
+	m := storetest.NewShardMap(t, storetest.Options{Shards: 2})
+	st := openStore(t, m)
+	must(t, st.Migrate(t.Context(), discard))
+	// Another process on the same databases, which keeps what it reads.
+	cached := openStore(t, m)
+	cached.CacheHeads(time.Minute, time.Now)
 	rng := rand.New(rand.NewPCG(7, 11))
 	authors := append(idsOn(st, 0, 100, 600), idsOn(st, 1, 100, 150)...)
 	o := randomOutboxes(rng, authors, 12)
 	o.load(t, st)
 
-	check := func(t *testing.T, sources []store.PullSource, limit int) []feed.Post {
+	check := func(t *testing.T, st *store.Store, sources []store.PullSource, limit int) []feed.Post {
 		t.Helper()
 		got, err := st.PullNewest(t.Context(), sources, limit, 0)
 		must(t, err)
@@ -144,12 +151,17 @@ func TestPullNewest(t *testing.T) {
 				}
 				sources = append(sources, src)
 			}
-			check(t, sources, limit)
+			check(t, st, sources, limit)
+			check(t, cached, sources, limit)
 		}
 	})
 
 	t.Run("scroll", func(t *testing.T) {
-		for _, limit := range []int{3, 21} {
+		for _, sc := range []struct {
+			st    *store.Store
+			limit int
+		}{{st, 3}, {st, 21}, {cached, 3}, {cached, 21}, {cached, 21}} {
+			limit := sc.limit
 			before := store.Top
 			var from feed.Key
 			if limit == 3 {
@@ -160,7 +172,7 @@ func TestPullNewest(t *testing.T) {
 				for i, a := range authors {
 					sources[i] = store.PullSource{AuthorID: a, Before: before, From: from}
 				}
-				items := check(t, sources, limit)
+				items := check(t, sc.st, sources, limit)
 				if len(items) < limit {
 					break
 				}
@@ -217,5 +229,121 @@ func TestPullNewestRows(t *testing.T) {
 			t.Logf("page %d: %d rows, %d statements", page, got.Rows, got.Queries)
 		}
 		before = want[limit-1].Key()
+	}
+}
+
+// TestPullNewestCache scrolls deep pages through a store that keeps what it
+// reads of outboxes, while another process on the same databases writes:
+// each page equals a full sort, later pages of the scroll read few heads
+// from the database, a backdated post published through the other process
+// below the cursor shows on the next page (its database's backdate
+// sequence moved, so that page reads the heads of that database again),
+// and neither a
+// deleted head nor a post published at the current time costs that.
+func TestPullNewestCache(t *testing.T) {
+	t.Parallel()
+	m := storetest.NewShardMap(t, storetest.Options{Shards: 2})
+	writer := openStore(t, m)
+	must(t, writer.Migrate(t.Context(), discard))
+	reader := openStore(t, m)
+	reader.CacheHeads(time.Minute, time.Now)
+	rng := rand.New(rand.NewPCG(9, 9))
+	authors := append(idsOn(writer, 0, 100, 300), idsOn(writer, 1, 100, 300)...)
+	var o outboxes
+	o.deleted = map[uint64]bool{}
+	id := uint64(1_000_000)
+	for _, a := range authors {
+		for range 6 {
+			id++
+			o.posts = append(o.posts, feed.Post{ContentID: id, AuthorID: a, PublishTime: t0 + rng.Int64N(1_000_000), Kind: feed.KindPost})
+		}
+	}
+	must(t, storetest.ImportPosts(t.Context(), writer, o.posts, t0))
+	// Publishes through the writer at the real time, which tells backdated
+	// posts from others.
+	publishNow := func(author, id uint64, tm int64) feed.Post {
+		t.Helper()
+		p := feed.Post{ContentID: id, AuthorID: author, PublishTime: tm, Kind: feed.KindPost}
+		_, created, err := writer.PublishPost(t.Context(), p, time.Now().UnixMilli())
+		if err != nil || !created {
+			t.Fatalf("publish %+v: created %v, %v", p, created, err)
+		}
+		return p
+	}
+	const limit = 21
+	before := store.Top
+	for page := range 30 {
+		sources := make([]store.PullSource, len(authors))
+		for i, a := range authors {
+			sources[i] = store.PullSource{AuthorID: a, Before: before}
+		}
+		got, err := reader.PullNewest(t.Context(), sources, limit, 0)
+		must(t, err)
+		want := o.newest(sources, limit)
+		if have := newestOf(got.Posts, limit); !slices.Equal(have, want) {
+			t.Fatalf("page %d: newest %v\nwant %v", page, have, want)
+		}
+		switch {
+		case page == 0:
+			if got.Rows < len(authors) {
+				t.Errorf("page %d read %d rows, want a head per author (%d) at least", page, got.Rows, len(authors))
+			}
+		case page == 11:
+			// After the backdated post: a head per author of its database.
+			if got.Rows < 300 || got.Rows > 300+4*limit {
+				t.Errorf("page %d read %d rows, want the 300 heads of one database and a few pages at most", page, got.Rows)
+			}
+		case got.Rows > 4*limit:
+			t.Errorf("page %d read %d rows: the heads of the page before were not reused", page, got.Rows)
+		}
+		before = want[limit-1].Key()
+		switch page {
+		case 5: // the next page's newest post is deleted
+			p := o.newest(sources, limit+1)[limit]
+			must(t, writer.DeletePost(t.Context(), p.AuthorID, p.ContentID))
+			o.deleted[p.ContentID] = true
+		case 7: // a post at the current time: above every page of the scroll
+			id++
+			publishNow(authors[3], id, time.Now().UnixMilli())
+		case 10: // backdated, just below the cursor
+			id++
+			p := publishNow(authors[rng.IntN(len(authors))], id, before.PublishTime-1)
+			o.posts = append(o.posts, p)
+		}
+	}
+
+	// Recent outboxes, whose posts are all younger than the backdate
+	// margin: a post stamped a minute ago is not backdated, and it shows
+	// below the cursor of a scroll in that range all the same, since no
+	// read kept what it learned there.
+	recent := append(idsOn(writer, 0, 10_000, 30), idsOn(writer, 1, 10_000, 30)...)
+	silent := recent[:5] // no post until the one below the cursor
+	now := time.Now().UnixMilli()
+	var fresh []feed.Post
+	for _, a := range recent[5:] {
+		for range 3 {
+			id++
+			fresh = append(fresh, feed.Post{ContentID: id, AuthorID: a, PublishTime: now - 60_000 - rng.Int64N(240_000), Kind: feed.KindPost})
+		}
+	}
+	must(t, storetest.ImportPosts(t.Context(), writer, fresh, now))
+	o.posts = append(o.posts, fresh...)
+	before = store.Top
+	for page := range 4 {
+		sources := make([]store.PullSource, len(recent))
+		for i, a := range recent {
+			sources[i] = store.PullSource{AuthorID: a, Before: before}
+		}
+		got, err := reader.PullNewest(t.Context(), sources, limit, 0)
+		must(t, err)
+		want := o.newest(sources, limit)
+		if have := newestOf(got.Posts, limit); !slices.Equal(have, want) {
+			t.Fatalf("recent page %d: newest %v\nwant %v", page, have, want)
+		}
+		before = want[limit-1].Key()
+		if page == 1 {
+			id++
+			o.posts = append(o.posts, publishNow(silent[0], id, before.PublishTime-1))
+		}
 	}
 }

@@ -51,6 +51,7 @@ type Store struct {
 	shards []*Shard // sorted by name
 	byName map[string]*Shard
 
+	heads     atomic.Pointer[headCache] // nil unless CacheHeads turned it on
 	routes    atomic.Pointer[routing]
 	refreshMu sync.Mutex    // one Refresh at a time
 	stale     chan struct{} // see Stale

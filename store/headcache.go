@@ -1,0 +1,254 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed"
+)
+
+// A deep page's heads are what it costs: one index seek per followee, each
+// page again, where the pages of one scroll differ only around their
+// cursor. What a read learned of an outbox's older posts stays true as long
+// as no post is added there, and a post lands below its publish time's
+// "now" only when it is published backdated. So every backdated post bumps
+// a sequence of its database in its own transaction, and PullNewest keeps
+// what it learned of each outbox for ranges older than the backdate margin
+// (less the clock skew between processes), valid while that sequence has
+// not moved: reading it is one statement per database, against a seek per
+// followee. Deletes only shrink outboxes, which heads may overstate
+// (PullNewest reads on when a head's post is gone); follows and unfollows
+// change the sources, not what is known of each.
+
+// backdateMargin is how much older than its publish's now a publish_time
+// must be for the post to count as backdated. Posts of clients that stamp
+// their own times a little late stay below it and leave the caches alone.
+const backdateMargin = 10 * time.Minute
+
+// bumpBackdatesSQL moves the database's sequence; the row exists from the
+// migration on, and is created if it does not.
+const bumpBackdatesSQL = `INSERT INTO backdates (id, seq) VALUES (0, 1) ON DUPLICATE KEY UPDATE seq = seq + 1`
+
+// backdatesSQL reads it.
+const backdatesSQL = `SELECT seq FROM backdates WHERE id = 0`
+
+// bumpBackdates moves the database's sequence in tx when p is backdated
+// at now (Unix ms).
+func bumpBackdates(ctx context.Context, tx *sqlx.Tx, p feed.Post, now int64) error {
+	if p.PublishTime >= now-backdateMargin.Milliseconds() {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, bumpBackdatesSQL)
+	return err
+}
+
+// CacheHeads lets PullNewest keep what it reads of outboxes' older posts
+// (see backdateMargin). skew is the clock difference tolerated between the
+// processes of a deployment, and now the clock publishes stamp their posts
+// with: a range is cached only if it lies a margin and twice the skew below
+// now, where no post can arrive without being backdated.
+func (s *Store) CacheHeads(skew time.Duration, now func() time.Time) {
+	c := &headCache{below: backdateMargin + 2*skew, now: now}
+	for i := range c.stripes {
+		c.stripes[i].m = map[uint64]outboxKnown{}
+	}
+	s.heads.Store(c)
+}
+
+// headCacheAuthors bounds the outboxes a process keeps knowledge of.
+const headCacheAuthors = 200_000
+
+// headCache is what this process knows of outboxes, by author.
+type headCache struct {
+	below   time.Duration // ranges above now less this are not kept
+	now     func() time.Time
+	stripes [16]struct {
+		mu sync.Mutex
+		m  map[uint64]outboxKnown
+	}
+}
+
+// outboxKnown is what one read learned of an author's outbox: every post
+// in the publish times lo..hi (inclusive) was at one of times (newest
+// first) when the database's backdate sequence read seq, under the layout
+// epoch. A post deleted since may still be listed: heads may overstate. An
+// outbox that a reshard moved away and back may have taken backdated posts
+// meanwhile, which that sequence does not count: a new epoch voids all.
+type outboxKnown struct {
+	sh     *Shard
+	epoch  int64
+	seq    uint64
+	lo, hi int64
+	times  []int64
+}
+
+// head answers a heads read of the times lo..hi: the newest listed time in
+// it (found), that there is none (!found), or that it does not know (!ok).
+func (k outboxKnown) head(lo, hi int64) (t int64, found, ok bool) {
+	if hi > k.hi {
+		return 0, false, false
+	}
+	i, _ := slices.BinarySearchFunc(k.times, hi, func(t, hi int64) int {
+		if t > hi {
+			return -1
+		}
+		return 1
+	})
+	if i < len(k.times) {
+		return k.times[i], k.times[i] >= lo, true
+	}
+	return 0, false, k.lo <= lo
+}
+
+func (c *headCache) stripe(author uint64) *struct {
+	mu sync.Mutex
+	m  map[uint64]outboxKnown
+} {
+	return &c.stripes[(author*0x9E3779B97F4A7C15)>>60]
+}
+
+// knowledge is one PullNewest call's view of the cache: the time it
+// started and the sequence of each database it read; a database whose
+// sequence it could not read has no entry, and nothing of it is used or
+// kept.
+type knowledge struct {
+	c     *headCache
+	store *Store
+	top   int64 // the newest publish time whose range may be kept
+	epoch int64
+	seqs  map[*Shard]uint64
+}
+
+// learn returns the cache's view for a read of sources, reading the
+// backdate sequence of each of their databases, and what that read cost
+// and missed: a database that fails it is not asked again by the read
+// (Missing names its authors). The view is nil when the cache is off; the
+// error is for ctx ending.
+func (s *Store) learn(ctx context.Context, sources []PullSource, timeout time.Duration) (*knowledge, Pulled, error) {
+	c := s.heads.Load()
+	if c == nil {
+		return nil, Pulled{}, nil
+	}
+	// The time is taken before anything is read: a post published later
+	// and not backdated lies above top.
+	k := &knowledge{c: c, store: s, top: c.now().Add(-c.below).UnixMilli(), epoch: s.Epoch(), seqs: map[*Shard]uint64{}}
+	type shardSeq struct {
+		sh  *Shard
+		seq uint64
+	}
+	seqs, out, err := readShards(ctx, s, sources, timeout, func(ctx context.Context, sh *Shard, _ []PullSource) ([]shardSeq, int, error) {
+		var seq uint64
+		if err := sqlx.GetContext(ctx, sh.pool(ctx), &seq, backdatesSQL); err != nil {
+			return nil, 0, wrap("backdates", err)
+		}
+		return []shardSeq{{sh, seq}}, 1, nil
+	})
+	for _, s := range seqs {
+		k.seqs[s.sh] = s.seq
+	}
+	out.Rows = len(seqs)
+	return k, out, err
+}
+
+// cached returns the head of src from what is known, or ok=false.
+func (k *knowledge) cached(src PullSource) (h sourceHead, found, ok bool) {
+	if k == nil {
+		return h, false, false
+	}
+	sh := k.store.ShardOf(src.AuthorID)
+	seq, read := k.seqs[sh]
+	if !read {
+		return h, false, false
+	}
+	st := k.c.stripe(src.AuthorID)
+	st.mu.Lock()
+	e, in := st.m[src.AuthorID]
+	st.mu.Unlock()
+	if !in || e.sh != sh || e.epoch != k.epoch || e.seq != seq {
+		return h, false, false
+	}
+	lo, hi := src.timeRange()
+	t, found, ok := e.head(lo, hi)
+	return sourceHead{src: src, t: t}, found, ok
+}
+
+// keep records what a read learned of an author's outbox: its posts in
+// lo..hi are at times, cut to the range that may be kept.
+func (k *knowledge) keep(author uint64, lo, hi int64, times []int64) {
+	if k == nil {
+		return
+	}
+	sh := k.store.ShardOf(author)
+	seq, read := k.seqs[sh]
+	hi = min(hi, k.top)
+	if !read || lo > hi {
+		return
+	}
+	i := 0
+	for i < len(times) && times[i] > hi {
+		i++
+	}
+	e := outboxKnown{sh: sh, epoch: k.epoch, seq: seq, lo: lo, hi: hi, times: slices.Clone(times[i:])}
+	st := k.c.stripe(author)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.m) >= headCacheAuthors/len(k.c.stripes) {
+		for a := range st.m { // evict an arbitrary entry
+			delete(st.m, a)
+			break
+		}
+	}
+	st.m[author] = e
+}
+
+// keepHeads records what a heads statement over srcs (one time range)
+// found: no post above each head, none at all in range for the sources
+// without one.
+func (k *knowledge) keepHeads(srcs []PullSource, heads map[uint64]int64) {
+	if k == nil || len(srcs) == 0 {
+		return
+	}
+	lo, hi := srcs[0].timeRange()
+	for _, src := range srcs {
+		if t, ok := heads[src.AuthorID]; ok {
+			k.keep(src.AuthorID, t, hi, []int64{t})
+		} else {
+			k.keep(src.AuthorID, lo, hi, nil)
+		}
+	}
+}
+
+// keepPosts records what a read of the sources' newest posts (up to limit
+// each) found: every live post of a source's range, or, for a source that
+// filled its limit, those above its oldest post read. Sources of databases
+// that failed are left out.
+func (k *knowledge) keepPosts(srcs []PullSource, got Pulled, limit int) {
+	if k == nil {
+		return
+	}
+	byAuthor := map[uint64][]int64{}
+	for _, p := range got.Posts {
+		byAuthor[p.AuthorID] = append(byAuthor[p.AuthorID], p.PublishTime)
+	}
+	for _, src := range srcs {
+		if _, gone := slices.BinarySearch(got.Missing, src.AuthorID); gone {
+			continue
+		}
+		times := byAuthor[src.AuthorID]
+		slices.SortFunc(times, func(a, b int64) int { return cmp.Compare(b, a) })
+		lo := src.From.PublishTime
+		if src.From.ContentID > 0 {
+			lo++ // posts at From's millisecond below it were not read
+		}
+		hi := src.Before.PublishTime - 1 // posts at Before's millisecond were read only below it
+		if len(times) >= limit {
+			lo = times[len(times)-1] + 1
+		}
+		k.keep(src.AuthorID, lo, hi, slices.Compact(times))
+	}
+}
