@@ -14,6 +14,8 @@
 //	D  disk bytes per inbox row
 //	R  store/reshard's copy of half the virtual shards to a second database
 //	   vs raw INSERT … SELECT, on databases of its own
+//	P  pages below the inbox at 50 to 2,000 followees over HTTP vs the same
+//	   merge in raw SQL, and phase C's hybrid pages
 //
 // `make bench` runs it; -quick runs tiny sizes in a few seconds.
 package main

@@ -63,13 +63,15 @@ type options struct {
 	ReshardUsers     int // users of the source database
 	ReshardInboxRows int // inbox rows per user there
 
+	deepOptions // phase P
+
 	CPUProfile string
 }
 
 func defaultOptions() options {
 	return options{
 		Out:              "docs/BENCHMARKS.md",
-		Phases:           "ABCDRS",
+		Phases:           "ABCDRSP",
 		Seed:             1,
 		Users:            10000,
 		InboxRows:        300,
@@ -130,7 +132,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Out, "out", o.Out, "report file to write")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the benchmark database instead of dropping it")
 	fs.BoolVar(&o.Quick, "quick", false, "tiny sizes: a smoke run of a few seconds")
-	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk), R (reshard), S (streams)")
+	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk), R (reshard), S (streams), P (deep pages)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the data generator")
 	fs.IntVar(&o.Users, "users", o.Users, "users with a loaded inbox")
 	fs.IntVar(&o.InboxRows, "inbox-rows", o.InboxRows, "inbox rows loaded per user")
@@ -157,6 +159,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Streams, "streams", o.Streams, "S: feed streams open at once")
 	fs.DurationVar(&o.StreamIdle, "stream-idle", o.StreamIdle, "S: how long the open streams' idle cost is measured")
 	fs.IntVar(&o.StreamPosts, "stream-posts", o.StreamPosts, "S: posts timed from publish to their stream event")
+	o.deepOptions.flags(fs)
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -202,12 +205,12 @@ func (o options) validate() error {
 		return fmt.Errorf("-duration must be > 0 and -warmup >= 0")
 	case o.ReshardUsers < 1 || o.ReshardInboxRows < 1:
 		return fmt.Errorf("-reshard-users and -reshard-inbox-rows must be >= 1")
-	case strings.Trim(o.Phases, "ABCDRS") != "":
-		return fmt.Errorf("-phases takes letters of ABCDRS, got %q", o.Phases)
+	case strings.Trim(o.Phases, "ABCDRSP") != "":
+		return fmt.Errorf("-phases takes letters of ABCDRSP, got %q", o.Phases)
 	case o.Streams < 1 || o.Streams > o.Users || o.StreamPosts < 1 || o.StreamIdle <= 0:
 		return fmt.Errorf("-streams must be in 1..-users (%d), -stream-posts >= 1 and -stream-idle > 0", o.Users)
 	}
-	return nil
+	return o.deepOptions.validate()
 }
 
 func (o options) runs(phase byte) bool { return strings.IndexByte(o.Phases, phase) >= 0 }

@@ -141,6 +141,7 @@ func (b *bench) reads(ctx context.Context) error {
 	type acc struct {
 		res        closedLoopResult
 		qSum, pSum float64
+		rSum       float64
 		pages      uint64
 		warmed     bool
 	}
@@ -159,6 +160,7 @@ func (b *bench) reads(ctx context.Context) error {
 			a.warmed = true
 			qSum0, qCount0 := b.stack.histogram("feed_read_queries")
 			pSum0, _ := b.stack.histogram("feed_read_pull_authors")
+			rSum0, _ := b.stack.histogram("feed_read_rows")
 			res, err := closedLoop(ctx, b.opt.Clients, warm, b.opt.Duration/time.Duration(nSlices), b.sessions(rs.users, rs.read, slice))
 			load.release() // the slice's sessions are over; the next ones reuse their connections
 			if err != nil {
@@ -166,11 +168,13 @@ func (b *bench) reads(ctx context.Context) error {
 			}
 			qSum1, qCount1 := b.stack.histogram("feed_read_queries")
 			pSum1, _ := b.stack.histogram("feed_read_pull_authors")
+			rSum1, _ := b.stack.histogram("feed_read_rows")
 			a.res.Ops += res.Ops
 			a.res.Window += res.Window
 			a.res.Latency = append(a.res.Latency, res.Latency...)
 			a.qSum += qSum1 - qSum0
 			a.pSum += pSum1 - pSum0
+			a.rSum += rSum1 - rSum0
 			a.pages += qCount1 - qCount0
 		}
 		b.log.Info("feedbench: C slice done", "slice", slice+1, "of", nSlices)
@@ -185,6 +189,7 @@ func (b *bench) reads(ctx context.Context) error {
 		if a.pages > 0 {
 			rr.QueriesPerPage = a.qSum / float64(a.pages)
 			rr.PullAuthorsPerPage = a.pSum / float64(a.pages)
+			rr.RowsPerPage = a.rSum / float64(a.pages)
 			rr.FromMetrics = true
 		}
 		b.rep.Reads = append(b.rep.Reads, rr)

@@ -118,6 +118,7 @@ type readResult struct {
 	Diagnostic         bool
 	QueriesPerPage     float64
 	PullAuthorsPerPage float64
+	RowsPerPage        float64 // feed_read_rows
 	FromMetrics        bool
 }
 
@@ -172,6 +173,7 @@ type report struct {
 	Footprints []footprintResult
 	Reshard    *reshardResult
 	Streams    *streamResult
+	Deep       *deepResult
 }
 
 func newReport(opt options, args []string, addr, database string) *report {
@@ -247,6 +249,7 @@ func (r *report) render(w *bytes.Buffer) {
 	r.renderFanout(p)
 	r.renderLatency(p)
 	r.renderReads(p)
+	r.renderDeep(p)
 	r.renderStreams(p)
 	r.renderFootprint(p)
 	r.renderReshard(p)

@@ -145,8 +145,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 
 // phases loads the data and runs the phases asked for, in an order that
 // gives each the table it needs: D on the freshly loaded inbox, C before
-// fan-out trims any inbox, S on the loaded users' own feeds, A on full
-// inboxes, B after them. R, on databases
+// fan-out trims any inbox, P (on readers of its own) while the server is
+// at rest, S on the loaded users' own feeds, A on full inboxes, B after
+// them. R, on databases
 // of its own, goes last; run alone it needs no loaded inboxes.
 func (b *bench) phases(ctx context.Context) error {
 	b.data = newDataset(b.opt.Users, time.Now())
@@ -164,6 +165,11 @@ func (b *bench) phases(ctx context.Context) error {
 	}
 	if b.opt.runs('C') {
 		if err := b.reads(ctx); err != nil {
+			return err
+		}
+	}
+	if b.opt.runs('P') {
+		if err := b.deepPhase(ctx); err != nil {
 			return err
 		}
 	}
