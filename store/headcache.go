@@ -160,16 +160,15 @@ func (k *knowledge) cached(src PullSource) (h sourceHead, found, ok bool) {
 	if k == nil {
 		return h, false, false
 	}
-	sh := k.store.ShardOf(src.AuthorID)
-	seq, read := k.seqs[sh]
-	if !read {
-		return h, false, false
-	}
 	st := k.c.stripe(src.AuthorID)
 	st.mu.Lock()
 	e, in := st.m[src.AuthorID]
 	st.mu.Unlock()
-	if !in || e.sh != sh || e.epoch != k.epoch || e.seq != seq {
+	// Under one epoch an author stays on one database: e.sh is its own.
+	if !in || e.epoch != k.epoch {
+		return h, false, false
+	}
+	if seq, read := k.seqs[e.sh]; !read || e.seq != seq {
 		return h, false, false
 	}
 	lo, hi := src.timeRange()

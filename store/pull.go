@@ -181,9 +181,11 @@ const windowRows = 8
 // pullWindowSQL reads every live post of a list of authors in one keyset
 // window, in index order and no further than a row count: one statement,
 // one range per author, where a UNION ALL of a part per author costs the
-// server a parse and a plan per part.
+// server a parse and a plan per part. The lower bound is a whole
+// millisecond (the caller drops what lies below a key within it): each
+// OR of a long-hand keyset doubles the ranges the server plans.
 const pullWindowSQL = `SELECT content_id, author_id, publish_time, kind FROM posts
-WHERE author_id IN (?) AND deleted = 0 AND ` + keysetOlder + ` AND ` + keysetFrom + ` LIMIT ?`
+WHERE author_id IN (?) AND deleted = 0 AND ` + keysetOlder + ` AND publish_time >= ? LIMIT ?`
 
 // pullWindows returns what PullPosts would for sources whose ranges are
 // bounded below (From), as PullNewest's are once it has a bound: their
@@ -212,12 +214,12 @@ func (s *Store) pullWindows(ctx context.Context, sources []PullSource, limit int
 			chunks = append(chunks, chunked(bySrc[w], headChunk)...)
 		}
 		return runChunks(ctx, chunks, func(ctx context.Context, chunk []PullSource) ([]feed.Post, int, error) {
-			posts, err := windowChunkOf(ctx, sh, chunk, maxRows)
+			posts, n, err := windowChunkOf(ctx, sh, chunk, maxRows)
 			if err != nil {
 				return nil, 0, err
 			}
-			rows.Add(int64(len(posts)))
-			if len(posts) <= maxRows {
+			rows.Add(int64(n))
+			if n <= maxRows {
 				return posts, 1, nil
 			}
 			got, n, err := runChunks(ctx, chunked(chunk, pullChunk), func(ctx context.Context, part []PullSource) ([]feed.Post, int, error) {
@@ -232,22 +234,24 @@ func (s *Store) pullWindows(ctx context.Context, sources []PullSource, limit int
 }
 
 // windowChunkOf runs one window statement over sources that share their
-// range, for up to maxRows+1 rows.
-func windowChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, maxRows int) ([]feed.Post, error) {
+// range, for up to maxRows+1 rows, and returns the posts in range and the
+// rows the statement returned.
+func windowChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, maxRows int) ([]feed.Post, int, error) {
 	ids := make([]uint64, len(chunk))
 	for i, src := range chunk {
 		ids[i] = src.AuthorID
 	}
 	b, f := chunk[0].Before, chunk[0].From
-	q, args, err := sqlx.In(pullWindowSQL, ids, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, f.PublishTime, f.ContentID, maxRows+1)
+	q, args, err := sqlx.In(pullWindowSQL, ids, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, maxRows+1)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	var posts []feed.Post
 	if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, q, args...); err != nil {
-		return nil, wrap("pull window", err)
+		return nil, 0, wrap("pull window", err)
 	}
-	return posts, nil
+	rows := len(posts)
+	return slices.DeleteFunc(posts, func(p feed.Post) bool { return p.Key().Less(f) }), rows, nil
 }
 
 // olderKey returns the older of two keys: the tighter of two "older than"
