@@ -146,6 +146,9 @@ func after(k feed.Key) feed.Key {
 // deepScroll reads the newest posts older than before, and at or above from,
 // from the outboxes of everyone the user follows and the user's own.
 func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, before, from feed.Key, limit int) ([]feed.Post, error) {
+	// What the outbox reads start from is read meanwhile, from every
+	// database this page has not found failed.
+	ctx = s.store.LearnAhead(ctx, slices.DeleteFunc(slices.Clone(s.store.Shards()), func(sh *store.Shard) bool { return rd.failed[sh] }), s.cfg.SourceTimeout)
 	authors, err := s.store.FollowedAuthors(ctx, userID)
 	if err != nil {
 		return nil, err

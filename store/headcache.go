@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -124,35 +125,114 @@ type knowledge struct {
 	seqs  map[*Shard]uint64
 }
 
-// learn returns the cache's view for a read of sources, reading the
-// backdate sequence of each of their databases, and what that read cost
-// and missed: a database that fails it is not asked again by the read
-// (Missing names its authors). The view is nil when the cache is off; the
-// error is for ctx ending.
+// seqRead is a database's backdate sequence, as read, or the failure.
+type seqRead struct {
+	seq uint64
+	err error
+}
+
+// seqsRead is one read of the backdate sequences of a set of databases,
+// begun at a time from which on a post that is not backdated lies above
+// top.
+type seqsRead struct {
+	top, epoch int64
+	done       chan struct{}
+	seqs       map[*Shard]seqRead
+}
+
+// readSeqs reads the backdate sequence of each database, in parallel and
+// each within timeout when above zero; a database whose probe could not
+// read it is not asked.
+func (s *Store) readSeqs(ctx context.Context, c *headCache, shards []*Shard, timeout time.Duration) *seqsRead {
+	// The time is taken before anything is read.
+	r := &seqsRead{top: c.now().Add(-c.below).UnixMilli(), epoch: s.Epoch(), done: make(chan struct{}), seqs: map[*Shard]seqRead{}}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, sh := range shards {
+		if h := sh.Health(); h.Unreadable {
+			r.seqs[sh] = seqRead{err: unreadable(sh, h)}
+			continue
+		}
+		wg.Go(func() {
+			ctx := ctx
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			var seq uint64
+			err := sqlx.GetContext(ctx, sh.pool(ctx), &seq, backdatesSQL)
+			mu.Lock()
+			r.seqs[sh] = seqRead{seq: seq, err: wrap("backdates", err)}
+			mu.Unlock()
+		})
+	}
+	go func() { wg.Wait(); close(r.done) }()
+	return r
+}
+
+type aheadKey struct{}
+
+// LearnAhead starts reading, in the background, what a deep page's
+// PullNewest reads first when outbox heads are cached (the backdate
+// sequence of each of the databases, each within timeout), and returns a
+// ctx that hands the read to it: the caller reads the followed authors
+// meanwhile. With the cache off it returns ctx.
+func (s *Store) LearnAhead(ctx context.Context, shards []*Shard, timeout time.Duration) context.Context {
+	c := s.heads.Load()
+	if c == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, aheadKey{}, s.readSeqs(ctx, c, shards, timeout))
+}
+
+// learn returns the cache's view for a read of sources, and what reading
+// the backdate sequence of each of their databases cost and missed (here
+// or ahead, see LearnAhead): a database that fails it is not asked again
+// by the read (Missing names its authors). The view is nil when the cache
+// is off; the error is for ctx ending.
 func (s *Store) learn(ctx context.Context, sources []PullSource, timeout time.Duration) (*knowledge, Pulled, error) {
 	c := s.heads.Load()
 	if c == nil {
 		return nil, Pulled{}, nil
 	}
-	// The time is taken before anything is read: a post published later
-	// and not backdated lies above top.
-	k := &knowledge{c: c, store: s, top: c.now().Add(-c.below).UnixMilli(), epoch: s.Epoch(), seqs: map[*Shard]uint64{}}
-	type shardSeq struct {
-		sh  *Shard
-		seq uint64
+	byShard := map[*Shard][]uint64{}
+	for _, src := range sources {
+		sh := s.ShardOf(src.AuthorID)
+		byShard[sh] = append(byShard[sh], src.AuthorID)
 	}
-	seqs, out, err := readShards(ctx, s, sources, timeout, func(ctx context.Context, sh *Shard, _ []PullSource) ([]shardSeq, int, error) {
-		var seq uint64
-		if err := sqlx.GetContext(ctx, sh.pool(ctx), &seq, backdatesSQL); err != nil {
-			return nil, 0, wrap("backdates", err)
+	r, ok := ctx.Value(aheadKey{}).(*seqsRead)
+	if !ok || r.epoch != s.Epoch() {
+		r = s.readSeqs(ctx, c, slices.Collect(maps.Keys(byShard)), timeout)
+	}
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return nil, Pulled{}, wrap("pull posts", ctx.Err())
+	}
+	k := &knowledge{c: c, store: s, top: r.top, epoch: r.epoch, seqs: map[*Shard]uint64{}}
+	var out Pulled
+	for _, sh := range s.shards { // by name: Err names the same database every time
+		got, read := r.seqs[sh]
+		if read && got.err == nil {
+			k.seqs[sh] = got.seq
+			out.Queries++
+			out.Rows++
 		}
-		return []shardSeq{{sh, seq}}, 1, nil
-	})
-	for _, s := range seqs {
-		k.seqs[s.sh] = s.seq
+		if !read || got.err == nil || byShard[sh] == nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, Pulled{}, wrap("pull posts", err)
+		}
+		out.Err = cmp.Or(out.Err, got.err)
+		out.Missing = append(out.Missing, byShard[sh]...)
 	}
-	out.Rows = len(seqs)
-	return k, out, err
+	slices.Sort(out.Missing)
+	out.Missing = slices.Compact(out.Missing)
+	return k, out, nil
 }
 
 // cached returns the head of src from what is known, or ok=false.
