@@ -216,9 +216,24 @@ func TestExplainRangeScans(t *testing.T) {
 	// the primary key per author, in one statement.
 	t.Run("pull window", func(t *testing.T) {
 		t.Parallel()
-		q, args, err := sqlx.In(store.PullWindowSQL, []uint64{3, 5, 7, 9}, mid.t, mid.t, mid.id, mid.t-5000, 169)
+		ids := []uint64{3, 5, 7, 9}
+		q, args, err := sqlx.In(store.PullWindowSQL, ids, mid.t, mid.t, mid.id, mid.t-5000, 169)
 		must(t, err)
 		rangeScan(t, explain(t, sh, q, args...), "posts")
+		// With the heads below the window: a loose index scan besides.
+		q, args, err = sqlx.In(store.PullWindowHeads, ids, mid.t, mid.t, mid.id, mid.t-5000, 169, ids, 0, mid.t-5001)
+		must(t, err)
+		plan := explain(t, sh, q, args...)
+		rangeScan(t, plan, "posts")
+		loose := 0
+		for _, r := range plan {
+			if strings.Contains(strings.ToLower(r["extra"]), "using index for group-by") {
+				loose++
+			}
+		}
+		if loose != 1 {
+			t.Errorf("plan of the window with heads: %v; want one loose index scan", plan)
+		}
 	})
 
 	t.Run("fan-out followers page", func(t *testing.T) {

@@ -16,6 +16,7 @@ const (
 	PullPartSQL      = pullPartSQL
 	PullHeadsSQL     = pullHeadsSQL
 	PullWindowSQL    = pullWindowSQL
+	PullWindowHeads  = pullWindowHeadsSQL
 	FollowersPageSQL = followersPageSQL
 	PushSQL          = pushSQL
 	PushActiveSQL    = pushActiveSQL

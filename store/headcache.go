@@ -331,3 +331,34 @@ func (k *knowledge) keepPosts(srcs []PullSource, got Pulled, limit int) {
 		k.keep(src.AuthorID, lo, hi, slices.Compact(times))
 	}
 }
+
+// keepWindows records what a window statement over srcs (one range, from
+// the bound up) found: every live post of each source's window, and, when
+// the heads below the bound were read from low, each source's head there
+// (none: no post in low..bound).
+func (k *knowledge) keepWindows(srcs []PullSource, posts []feed.Post, below map[uint64]int64, low int64) {
+	if k == nil {
+		return
+	}
+	byAuthor := map[uint64][]int64{}
+	for _, p := range posts {
+		byAuthor[p.AuthorID] = append(byAuthor[p.AuthorID], p.PublishTime)
+	}
+	for _, src := range srcs {
+		times := byAuthor[src.AuthorID]
+		slices.SortFunc(times, func(a, b int64) int { return cmp.Compare(b, a) })
+		times = slices.Compact(times)
+		lo := src.From.PublishTime
+		if src.From.ContentID > 0 {
+			lo++ // posts at From's millisecond below it were not kept
+		}
+		switch h, ok := below[src.AuthorID]; {
+		case low < 0:
+		case ok:
+			lo, times = h, append(times, h)
+		default:
+			lo = low
+		}
+		k.keep(src.AuthorID, lo, src.Before.PublishTime-1, times)
+	}
+}

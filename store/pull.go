@@ -141,20 +141,18 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 		ask := make([]PullSource, len(read))
 		for i, h := range read {
 			ask[i] = h.src
-			if ask[i].From.Less(bound) {
-				ask[i].From = bound
-			}
 		}
-		read1 := s.PullPosts
+		var got Pulled
 		if bounded {
-			read1 = s.pullWindows
+			got, err = s.pullWindows(ctx, read, bound, need, shardTimeout, k)
+		} else {
+			got, err = s.PullPosts(ctx, ask, need, shardTimeout)
+			k.keepPosts(ask, got, need)
 		}
-		got, err := read1(ctx, ask, need, shardTimeout)
 		if err != nil {
 			return Pulled{}, err
 		}
 		out.add(got)
-		k.keepPosts(ask, got, need)
 		if !bounded || len(got.Posts) >= need {
 			break
 		}
@@ -186,27 +184,53 @@ const windowRows = 8
 // one range per author, where a UNION ALL of a part per author costs the
 // server a parse and a plan per part. The lower bound is a whole
 // millisecond (the caller drops what lies below a key within it): each
-// OR of a long-hand keyset doubles the ranges the server plans.
-const pullWindowSQL = `SELECT content_id, author_id, publish_time, kind FROM posts
+// OR of a long-hand keyset doubles the ranges the server plans. Rows have
+// w = 1.
+const pullWindowSQL = `SELECT 1 AS w, content_id, author_id, publish_time, kind FROM posts
 WHERE author_id IN (?) AND deleted = 0 AND ` + keysetOlder + ` AND publish_time >= ? LIMIT ?`
 
-// pullWindows returns what PullPosts would for sources whose ranges are
-// bounded below (From), as PullNewest's are once it has a bound: their
-// posts in range up to limit each. It reads each set of sources that share
-// their range with one window statement per headChunk sources, which
-// returns every post in range when they are at most windowRows pages; more
-// means that some source posts far more often than the others (its head
-// stands high, and its posts fill the window), and those sources are read
-// with PullPosts' statements instead, limit posts each.
-func (s *Store) pullWindows(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) (Pulled, error) {
+// pullWindowHeadsSQL is pullWindowSQL with, in the same statement and so
+// at no extra round trip, the heads of the same authors below the window
+// (pullHeadsSQL's, in rows with w = 0): what the next page of a scroll
+// starts from, kept for it when heads are cached.
+const pullWindowHeadsSQL = `(` + pullWindowSQL + `)
+UNION ALL (SELECT 0, 0, author_id, MAX(publish_time), '' FROM posts
+WHERE author_id IN (?) AND publish_time >= ? AND publish_time <= ? GROUP BY author_id)`
+
+// pullWindows returns what PullPosts would for the sources read, each read
+// from the bound up (or from its own From, when higher), as PullNewest
+// reads them once it has a bound: their posts in range, up to limit each.
+// It reads each set of sources that share their range with one window
+// statement per headChunk sources, which returns every post in range when
+// they are at most windowRows pages; more means that some source posts far
+// more often than the others (its head stands high, and its posts fill the
+// window), and those sources are read with PullPosts' statements instead,
+// limit posts each. With k it keeps what it read, and reads the sources'
+// heads below the bound along with each window.
+func (s *Store) pullWindows(ctx context.Context, read []sourceHead, bound feed.Key, limit int, shardTimeout time.Duration, k *knowledge) (Pulled, error) {
 	maxRows := windowRows * max(limit, 1)
+	srcs := make([]PullSource, len(read))
+	lows := make(map[uint64]int64, len(read)) // where each source's range starts
+	for i, h := range read {
+		srcs[i] = h.src
+		if srcs[i].From.Less(bound) {
+			srcs[i].From = bound
+			lows[h.src.AuthorID] = h.src.From.PublishTime
+		}
+	}
 	var rows atomic.Int64
-	posts, out, err := readShards(ctx, s, sources, shardTimeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]feed.Post, int, error) {
-		type window struct{ before, from feed.Key }
+	posts, out, err := readShards(ctx, s, srcs, shardTimeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]feed.Post, int, error) {
+		type window struct {
+			before, from feed.Key
+			low          int64 // heads are read from here to the bound; -1: not read
+		}
 		var windows []window
 		bySrc := map[window][]PullSource{}
 		for _, src := range srcs {
-			w := window{src.Before, src.From}
+			w := window{src.Before, src.From, -1}
+			if low, ok := lows[src.AuthorID]; ok && k != nil && low >= 0 {
+				w.low = low
+			}
 			if _, ok := bySrc[w]; !ok {
 				windows = append(windows, w)
 			}
@@ -217,19 +241,27 @@ func (s *Store) pullWindows(ctx context.Context, sources []PullSource, limit int
 			chunks = append(chunks, chunked(bySrc[w], headChunk)...)
 		}
 		return runChunks(ctx, chunks, func(ctx context.Context, chunk []PullSource) ([]feed.Post, int, error) {
-			posts, n, err := windowChunkOf(ctx, sh, chunk, maxRows)
+			low := int64(-1)
+			if l, ok := lows[chunk[0].AuthorID]; ok && k != nil {
+				low = l
+			}
+			posts, below, n, err := windowChunkOf(ctx, sh, chunk, maxRows, low, bound.PublishTime-1)
 			if err != nil {
 				return nil, 0, err
 			}
-			rows.Add(int64(n))
+			rows.Add(int64(n + len(below)))
 			if n <= maxRows {
+				k.keepWindows(chunk, posts, below, low)
 				return posts, 1, nil
 			}
-			got, n, err := runChunks(ctx, chunked(chunk, pullChunk), func(ctx context.Context, part []PullSource) ([]feed.Post, int, error) {
+			got, m, err := runChunks(ctx, chunked(chunk, pullChunk), func(ctx context.Context, part []PullSource) ([]feed.Post, int, error) {
 				return pullChunkOf(ctx, sh, part, limit)
 			})
 			rows.Add(int64(len(got)))
-			return got, 1 + n, err
+			if err == nil {
+				k.keepPosts(chunk, Pulled{Posts: got}, limit)
+			}
+			return got, 1 + m, err
 		})
 	})
 	out.Posts, out.Rows = posts, int(rows.Load())
@@ -237,24 +269,45 @@ func (s *Store) pullWindows(ctx context.Context, sources []PullSource, limit int
 }
 
 // windowChunkOf runs one window statement over sources that share their
-// range, for up to maxRows+1 rows, and returns the posts in range and the
-// rows the statement returned.
-func windowChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, maxRows int) ([]feed.Post, int, error) {
+// range, for up to maxRows+1 rows, and, when low is not negative, reads
+// their heads in low..hi along with it. It returns the posts in range, the
+// heads, and the rows the window returned.
+func windowChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, maxRows int, low, hi int64) ([]feed.Post, map[uint64]int64, int, error) {
 	ids := make([]uint64, len(chunk))
 	for i, src := range chunk {
 		ids[i] = src.AuthorID
 	}
 	b, f := chunk[0].Before, chunk[0].From
-	q, args, err := sqlx.In(pullWindowSQL, ids, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, maxRows+1)
+	q, args := pullWindowSQL, []any{ids, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, maxRows + 1}
+	if low >= 0 && low <= hi {
+		q, args = pullWindowHeadsSQL, append(args, ids, low, hi)
+	}
+	q, args, err := sqlx.In(q, args...)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
-	var posts []feed.Post
-	if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, q, args...); err != nil {
-		return nil, 0, wrap("pull window", err)
+	var got []struct {
+		W int `db:"w"`
+		feed.Post
 	}
-	rows := len(posts)
-	return slices.DeleteFunc(posts, func(p feed.Post) bool { return p.Key().Less(f) }), rows, nil
+	if err := sqlx.SelectContext(ctx, sh.pool(ctx), &got, q, args...); err != nil {
+		return nil, nil, 0, wrap("pull window", err)
+	}
+	posts := make([]feed.Post, 0, len(got))
+	heads := map[uint64]int64{}
+	n := 0
+	for _, r := range got {
+		switch {
+		case r.W == 0:
+			heads[r.AuthorID] = r.PublishTime
+		case !r.Key().Less(f):
+			posts = append(posts, r.Post)
+			n++
+		default:
+			n++ // below a key within From's millisecond
+		}
+	}
+	return posts, heads, n, nil
 }
 
 // newestTime returns the (i+1)-th newest time of the heads. It sorts their
