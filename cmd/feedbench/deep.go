@@ -130,6 +130,9 @@ func (b *bench) deepPhase(ctx context.Context) error {
 			return fmt.Errorf("P warm-up, %d followees: %w", f, err)
 		}
 		for range b.opt.DeepWalks {
+			// Each walk starts with the process knowing nothing of the
+			// outboxes: its pages learn as one scroll does.
+			b.st.CacheHeads(b.stack.svc.Config().ClockSkew, time.Now)
 			if err := b.walkDeep(ctx, load.pager(), reader, limit, &c); err != nil {
 				return fmt.Errorf("P walk, %d followees: %w", f, err)
 			}
@@ -401,7 +404,9 @@ func (r *report) renderDeep(p func(string, ...any)) {
 	p("page can come from; docs/DESIGN.md, The merged read). The reader walks its feed over HTTP with the")
 	p("phase C load generator, pages of %d from the first page down to %s items deep, %d times after an",
 		pageLimit, count(o.DeepDepth), o.DeepWalks)
-	p("unmeasured walk, one request at a time. Inbox pages are the walk's first %d, read from the inbox",
+	p("unmeasured walk, one request at a time. Each measured walk starts with the service knowing nothing")
+	p("of the outboxes (its cache of what pages learn of them emptied): the first deep page reads every")
+	p("followee's head, later ones what the pages before them did not learn. Inbox pages are the walk's first %d, read from the inbox",
 		(d.InboxLimit-1)/pageLimit)
 	p("alone (the next page also needs the item below the inbox, to know whether a page follows); deep")
 	p("pages lie wholly below the floor. Rows and statements per page are the service's `feed_read_rows` and")
@@ -421,9 +426,10 @@ func (r *report) renderDeep(p func(string, ...any)) {
 	p("C's ceiling statement; the deep pages with the **threshold merge** done by hand (the followee")
 	p("list; each followee's head with a loose index scan, 500 a statement, 4 at once; then one UNION ALL")
 	p("of the followees whose head is at or above the 22nd newest, each read down to it, as the store")
-	p("bounds a read of %d posts), without the", pageLimit+1)
-	p("store's routing, timeouts and row counts, or its further rounds when deleted posts leave a page")
-	p("short (none here); and, as a diagnostic, the **naive merge**: every followee's newest 21 posts below")
+	p("bounds a read of %d posts), stateless: it reads every followee's head on every page, where the", pageLimit+1)
+	p("service reads those its earlier pages did not learn; it leaves out the store's routing, timeouts and")
+	p("row counts, and its further rounds when deleted posts leave a page short (none here); and, as a")
+	p("diagnostic, the **naive merge**: every followee's newest 21 posts below")
 	p("the cursor, 64 followees a UNION ALL statement, 4 at once, on the first %d deep pages of each walk.", naivePages)
 	p("")
 	p("| followees | raw inbox page p50 | raw threshold merge p50 | p99 | service deep p50 / raw merge p50 | naive merge p50 (diagnostic) |")
