@@ -146,30 +146,19 @@ type seqsRead struct {
 func (s *Store) readSeqs(ctx context.Context, c *headCache, shards []*Shard, timeout time.Duration) *seqsRead {
 	// The time is taken before anything is read.
 	r := &seqsRead{top: c.now().Add(-c.below).UnixMilli(), epoch: s.Epoch(), done: make(chan struct{}), seqs: map[*Shard]seqRead{}}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
-	for _, sh := range shards {
-		if h := sh.Health(); h.Unreadable {
-			r.seqs[sh] = seqRead{err: unreadable(sh, h)}
-			continue
-		}
-		wg.Go(func() {
-			ctx := ctx
-			if timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, timeout)
-				defer cancel()
+	var mu sync.Mutex
+	go func() {
+		defer close(r.done)
+		eachShard(ctx, shards, timeout, func(ctx context.Context, i int, skip error) {
+			got := seqRead{err: skip}
+			if skip == nil {
+				got.err = wrap("backdates", sqlx.GetContext(ctx, shards[i].pool(ctx), &got.seq, backdatesSQL))
 			}
-			var seq uint64
-			err := sqlx.GetContext(ctx, sh.pool(ctx), &seq, backdatesSQL)
 			mu.Lock()
-			r.seqs[sh] = seqRead{seq: seq, err: wrap("backdates", err)}
+			r.seqs[shards[i]] = got
 			mu.Unlock()
 		})
-	}
-	go func() { wg.Wait(); close(r.done) }()
+	}()
 	return r
 }
 

@@ -224,22 +224,13 @@ func (s *Store) pullWindows(ctx context.Context, read []sourceHead, bound feed.K
 			before, from feed.Key
 			low          int64 // heads are read from here to the bound; -1: not read
 		}
-		var windows []window
-		bySrc := map[window][]PullSource{}
-		for _, src := range srcs {
+		chunks := groupedChunks(srcs, headChunk, func(src PullSource) (window, bool) {
 			w := window{src.Before, src.From, -1}
-			if low, ok := lows[src.AuthorID]; ok && k != nil && low >= 0 {
+			if low, ok := lows[src.AuthorID]; ok && k != nil {
 				w.low = low
 			}
-			if _, ok := bySrc[w]; !ok {
-				windows = append(windows, w)
-			}
-			bySrc[w] = append(bySrc[w], src)
-		}
-		var chunks [][]PullSource
-		for _, w := range windows {
-			chunks = append(chunks, chunked(bySrc[w], headChunk)...)
-		}
+			return w, true
+		})
 		return runChunks(ctx, chunks, func(ctx context.Context, chunk []PullSource) ([]feed.Post, int, error) {
 			low := int64(-1)
 			if l, ok := lows[chunk[0].AuthorID]; ok && k != nil {
@@ -383,24 +374,10 @@ func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout tim
 		}
 	}
 	heads, out, err := readShards(ctx, s, ask, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]sourceHead, int, error) {
-		type times struct{ lo, hi int64 }
-		var ranges []times
-		byRange := map[times][]PullSource{}
-		for _, src := range srcs {
+		chunks := groupedChunks(srcs, headChunk, func(src PullSource) ([2]int64, bool) {
 			lo, hi := src.timeRange()
-			if lo > hi {
-				continue
-			}
-			r := times{lo, hi}
-			if _, ok := byRange[r]; !ok {
-				ranges = append(ranges, r)
-			}
-			byRange[r] = append(byRange[r], src)
-		}
-		var chunks [][]PullSource
-		for _, r := range ranges {
-			chunks = append(chunks, chunked(byRange[r], headChunk)...)
-		}
+			return [2]int64{lo, hi}, lo <= hi
+		})
 		return runChunks(ctx, chunks, func(ctx context.Context, chunk []PullSource) ([]sourceHead, int, error) {
 			return headsChunkOf(ctx, sh, chunk, k)
 		})
@@ -468,24 +445,16 @@ func readShards[T any](ctx context.Context, s *Store, sources []PullSource, time
 			parts = append(parts, part{sh: sh, srcs: srcs})
 		}
 	}
-	var wg sync.WaitGroup
-	for i := range parts {
-		p := &parts[i]
-		if h := p.sh.Health(); h.Unreadable {
-			p.err = unreadable(p.sh, h)
-			continue
-		}
-		wg.Go(func() {
-			ctx := ctx
-			if timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, timeout)
-				defer cancel()
-			}
-			p.got, p.queries, p.err = read(ctx, p.sh, p.srcs)
-		})
+	shards := make([]*Shard, len(parts))
+	for i, p := range parts {
+		shards[i] = p.sh
 	}
-	wg.Wait()
+	eachShard(ctx, shards, timeout, func(ctx context.Context, i int, skip error) {
+		p := &parts[i]
+		if p.err = skip; skip == nil {
+			p.got, p.queries, p.err = read(ctx, p.sh, p.srcs)
+		}
+	})
 	var (
 		got []T
 		out Pulled
@@ -509,11 +478,57 @@ func readShards[T any](ctx context.Context, s *Store, sources []PullSource, time
 	return got, out, nil
 }
 
+// eachShard runs read for each of the databases at once, each within
+// timeout when it is above zero, and waits for them all. A database whose
+// last probe could not read it is not asked: read gets the failure instead.
+func eachShard(ctx context.Context, shards []*Shard, timeout time.Duration, read func(ctx context.Context, i int, skip error)) {
+	var wg sync.WaitGroup
+	for i, sh := range shards {
+		if h := sh.Health(); h.Unreadable {
+			read(ctx, i, unreadable(sh, h))
+			continue
+		}
+		wg.Go(func() {
+			ctx := ctx
+			if timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			read(ctx, i, nil)
+		})
+	}
+	wg.Wait()
+}
+
 // unreadable is the failure of a read that skips a database whose last
 // probe could not read it.
 func unreadable(sh *Shard, h Health) error {
 	return errors.Join(feed.Errorf(feed.EUNAVAILABLE, "database unavailable"),
 		fmt.Errorf("store: pull posts: database %s is down", sh.Name), h.Err)
+}
+
+// groupedChunks splits srcs into runs of at most n sources that share
+// their key, in the order the keys first appear; sources without one
+// (ok=false) are left out.
+func groupedChunks[K comparable](srcs []PullSource, n int, key func(PullSource) (k K, ok bool)) [][]PullSource {
+	var keys []K
+	byKey := map[K][]PullSource{}
+	for _, src := range srcs {
+		k, ok := key(src)
+		if !ok {
+			continue
+		}
+		if _, seen := byKey[k]; !seen {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], src)
+	}
+	var out [][]PullSource
+	for _, k := range keys {
+		out = append(out, chunked(byKey[k], n)...)
+	}
+	return out
 }
 
 // chunked splits srcs into runs of at most n.

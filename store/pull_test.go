@@ -101,6 +101,18 @@ func randomOutboxes(rng *rand.Rand, authors []uint64, maxPosts int) outboxes {
 	return o
 }
 
+// twoProcesses opens two stores on the same two fresh databases, as two
+// processes would: the second keeps what it reads of outboxes.
+func twoProcesses(t *testing.T) (plain, cached *store.Store) {
+	t.Helper()
+	m := storetest.NewShardMap(t, storetest.Options{Shards: 2})
+	plain = openStore(t, m)
+	must(t, plain.Migrate(t.Context(), discard))
+	cached = openStore(t, m)
+	cached.CacheHeads(time.Minute, time.Now)
+	return plain, cached
+}
+
 // TestPullNewest checks the threshold read against a full sort of every
 // source's live posts, over two databases with more sources on each than
 // one heads statement takes: with ties on publish_time, deleted posts
@@ -108,12 +120,7 @@ func randomOutboxes(rng *rand.Rand, authors []uint64, maxPosts int) outboxes {
 // and a scroll whose every cursor is the last item of the page before.
 func TestPullNewest(t *testing.T) {
 	t.Parallel()
-	m := storetest.NewShardMap(t, storetest.Options{Shards: 2})
-	st := openStore(t, m)
-	must(t, st.Migrate(t.Context(), discard))
-	// Another process on the same databases, which keeps what it reads.
-	cached := openStore(t, m)
-	cached.CacheHeads(time.Minute, time.Now)
+	st, cached := twoProcesses(t)
 	rng := rand.New(rand.NewPCG(7, 11))
 	authors := append(idsOn(st, 0, 100, 600), idsOn(st, 1, 100, 150)...)
 	o := randomOutboxes(rng, authors, 12)
@@ -185,6 +192,30 @@ func TestPullNewest(t *testing.T) {
 	})
 }
 
+// sourcesBelow asks for the authors' posts older than before.
+func sourcesBelow(authors []uint64, before feed.Key) []store.PullSource {
+	sources := make([]store.PullSource, len(authors))
+	for i, a := range authors {
+		sources[i] = store.PullSource{AuthorID: a, Before: before}
+	}
+	return sources
+}
+
+// scrollPage reads the page of a scroll over the authors' outboxes below
+// before through st, checks it against a full sort, and returns what the
+// read cost and the page.
+func scrollPage(t *testing.T, st *store.Store, o outboxes, authors []uint64, before feed.Key, limit int) (store.Pulled, []feed.Post) {
+	t.Helper()
+	sources := sourcesBelow(authors, before)
+	got, err := st.PullNewest(t.Context(), sources, limit, 0)
+	must(t, err)
+	want := o.newest(sources, limit)
+	if have := newestOf(got.Posts, limit); !slices.Equal(have, want) {
+		t.Fatalf("below %v: newest %v\nwant %v", before, have, want)
+	}
+	return got, want
+}
+
 // TestPullNewestRows bounds what a deep page reads: with 3,000 sources of
 // 25 posts each, every page of a scroll returns a head per source and about
 // a page of posts, where reading each source's newest posts would return
@@ -206,16 +237,7 @@ func TestPullNewestRows(t *testing.T) {
 	const limit = 21
 	before := store.Top
 	for page := range 20 {
-		sources := make([]store.PullSource, len(authors))
-		for i, a := range authors {
-			sources[i] = store.PullSource{AuthorID: a, Before: before}
-		}
-		got, err := st.PullNewest(t.Context(), sources, limit, 0)
-		must(t, err)
-		want := o.newest(sources, limit)
-		if have := newestOf(got.Posts, limit); !slices.Equal(have, want) {
-			t.Fatalf("page %d: newest %v\nwant %v", page, have, want)
-		}
+		got, want := scrollPage(t, st, o, authors, before, limit)
 		// A head per source, and posts from about limit+1 of them.
 		if maxRows := len(authors) + 4*limit; got.Rows > maxRows {
 			t.Errorf("page %d read %d rows, want at most %d (heads of %d sources + 4 × limit)", page, got.Rows, maxRows, len(authors))
@@ -238,15 +260,11 @@ func TestPullNewestRows(t *testing.T) {
 // from the database, a backdated post published through the other process
 // below the cursor shows on the next page (its database's backdate
 // sequence moved, so that page reads the heads of that database again),
-// and neither a
-// deleted head nor a post published at the current time costs that.
+// and neither a deleted head nor a post published at the current time
+// costs that.
 func TestPullNewestCache(t *testing.T) {
 	t.Parallel()
-	m := storetest.NewShardMap(t, storetest.Options{Shards: 2})
-	writer := openStore(t, m)
-	must(t, writer.Migrate(t.Context(), discard))
-	reader := openStore(t, m)
-	reader.CacheHeads(time.Minute, time.Now)
+	writer, reader := twoProcesses(t)
 	rng := rand.New(rand.NewPCG(9, 9))
 	authors := append(idsOn(writer, 0, 100, 300), idsOn(writer, 1, 100, 300)...)
 	var o outboxes
@@ -273,16 +291,7 @@ func TestPullNewestCache(t *testing.T) {
 	const limit = 21
 	before := store.Top
 	for page := range 30 {
-		sources := make([]store.PullSource, len(authors))
-		for i, a := range authors {
-			sources[i] = store.PullSource{AuthorID: a, Before: before}
-		}
-		got, err := reader.PullNewest(t.Context(), sources, limit, 0)
-		must(t, err)
-		want := o.newest(sources, limit)
-		if have := newestOf(got.Posts, limit); !slices.Equal(have, want) {
-			t.Fatalf("page %d: newest %v\nwant %v", page, have, want)
-		}
+		got, want := scrollPage(t, reader, o, authors, before, limit)
 		switch {
 		case page == 0:
 			if got.Rows < len(authors) {
@@ -299,7 +308,7 @@ func TestPullNewestCache(t *testing.T) {
 		before = want[limit-1].Key()
 		switch page {
 		case 5: // the next page's newest post is deleted
-			p := o.newest(sources, limit+1)[limit]
+			p := o.newest(sourcesBelow(authors, before), 1)[0]
 			must(t, writer.DeletePost(t.Context(), p.AuthorID, p.ContentID))
 			o.deleted[p.ContentID] = true
 		case 7: // a post at the current time: above every page of the scroll
@@ -330,16 +339,7 @@ func TestPullNewestCache(t *testing.T) {
 	o.posts = append(o.posts, fresh...)
 	before = store.Top
 	for page := range 4 {
-		sources := make([]store.PullSource, len(recent))
-		for i, a := range recent {
-			sources[i] = store.PullSource{AuthorID: a, Before: before}
-		}
-		got, err := reader.PullNewest(t.Context(), sources, limit, 0)
-		must(t, err)
-		want := o.newest(sources, limit)
-		if have := newestOf(got.Posts, limit); !slices.Equal(have, want) {
-			t.Fatalf("recent page %d: newest %v\nwant %v", page, have, want)
-		}
+		_, want := scrollPage(t, reader, o, recent, before, limit)
 		before = want[limit-1].Key()
 		if page == 1 {
 			id++
