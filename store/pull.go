@@ -145,8 +145,7 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 		var got Pulled
 		if bounded {
 			got, err = s.pullWindows(ctx, read, bound, need, shardTimeout, k)
-		} else {
-			got, err = s.PullPosts(ctx, ask, need, shardTimeout)
+		} else if got, err = s.PullPosts(ctx, ask, need, shardTimeout); err == nil {
 			k.keepPosts(ask, got, need)
 		}
 		if err != nil {
