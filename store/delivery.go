@@ -489,7 +489,9 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 		if target == home {
 			res.Written, err = writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
 		} else {
-			res.Written, err = s.writeTarget(ctx, target, t, through, opt)
+			res.Written, err = s.onTarget(ctx, target, opt, func(ctx context.Context, tx *sqlx.Tx) (int64, error) {
+				return writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
+			})
 		}
 		if err != nil {
 			return res, err
@@ -513,10 +515,10 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 	return res, err
 }
 
-// writeTarget runs a batch's inbox write on another database than the
+// onTarget runs a fan-out write, fn, on another database than the
 // author's, in its own transaction, admitted by opt.Enter and bounded by
-// opt.TargetTimeout.
-func (s *Store) writeTarget(ctx context.Context, target *Shard, t *Task, through uint64, opt BatchOptions) (int64, error) {
+// opt.TargetTimeout: fn runs its statements with the context it is given.
+func (s *Store) onTarget(ctx context.Context, target *Shard, opt BatchOptions, fn func(ctx context.Context, tx *sqlx.Tx) (int64, error)) (int64, error) {
 	if opt.Enter != nil {
 		leave, ok := opt.Enter(target)
 		if !ok {
@@ -532,7 +534,7 @@ func (s *Store) writeTarget(ctx context.Context, target *Shard, t *Task, through
 	var n int64
 	err := inTx(ctx, target.pool(ctx), func(tx *sqlx.Tx) error {
 		var err error
-		n, err = writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
+		n, err = fn(ctx, tx)
 		return err
 	})
 	return n, err
