@@ -686,7 +686,7 @@ func TestCrashSmallPosts(t *testing.T) {
 	// both databases, publish perAuthor posts each before any worker runs.
 	now := time.Now().UnixMilli()
 	followers := map[uint64][]uint64{} // by author
-	want := map[uint64]int{}            // inbox rows per post: followers + the author's own
+	want := map[uint64]int{}           // inbox rows per post: followers + the author's own
 	var posts []feed.Post
 	for a := uint64(1); a <= uint64(authors); a++ {
 		for _, i := range rng.Perm(500)[:1+rng.IntN(5)] {
