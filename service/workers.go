@@ -235,39 +235,50 @@ func (s *Service) planDeliveries(work context.Context, sh *store.Shard) (int, er
 // small posts to fill a push batch.
 const deliveryClaim = 256
 
-// pushDeliveries pushes the small deliveries among jobs, a batch at a time,
-// and returns the others, to plan into tasks. Publish put each post into
+// pushDeliveries pushes the small deliveries among jobs and returns the
+// others, to plan into tasks. The jobs are split into Workers parts pushed
+// side by side, each a batch at a time: a batch waits on its statements'
+// round trips and commit, which others can use. Publish put each post into
 // its author's own inbox, which no push samples for trims: an author who
 // publishes more than they read would grow it without bound, so delivery
 // samples it as a push would.
 func (s *Service) pushDeliveries(work context.Context, sh *store.Shard, jobs []store.DeliveryJob) ([]store.DeliveryJob, error) {
-	var plan []store.DeliveryJob
-	for len(jobs) > 0 {
-		start := time.Now()
-		// Posts with followers on a database that is down, or that does
-		// not take their push within pushTargetTimeout, are planned into
-		// tasks, which wait for it. One planner per database writes to the
-		// others at a time, so it takes no slot of the workers' gate: a
-		// post is never diverted to tasks for a busy database.
-		opt := store.BatchOptions{Size: s.cfg.BatchSize, Skip: down(s.store.Shards()), TargetTimeout: pushTargetTimeout}
-		pctx, cancel := s.stepContext(work)
-		res, err := s.store.PushDeliveries(pctx, sh, jobs, opt)
-		cancel()
-		if err != nil {
-			return nil, err
+	var (
+		mu   sync.Mutex
+		plan []store.DeliveryJob
+	)
+	parts := slices.Collect(slices.Chunk(jobs, (len(jobs)+s.cfg.Workers-1)/s.cfg.Workers))
+	err := each(parts, s.cfg.Workers, func(jobs []store.DeliveryJob) error {
+		for len(jobs) > 0 {
+			start := time.Now()
+			// Posts with followers on a database that is down, or that
+			// does not take their push within pushTargetTimeout, are
+			// planned into tasks, which wait for it. The planners write
+			// to other databases outside the workers' gate, so a post is
+			// never diverted to tasks for a busy database.
+			opt := store.BatchOptions{Size: s.cfg.BatchSize, Skip: down(s.store.Shards()), TargetTimeout: pushTargetTimeout}
+			pctx, cancel := s.stepContext(work)
+			res, err := s.store.PushDeliveries(pctx, sh, jobs, opt)
+			cancel()
+			if err != nil {
+				return err
+			}
+			s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
+			s.metrics.deliveries.WithLabelValues(modeName(store.ModePush)).Add(float64(len(res.Pushed)))
+			s.metrics.inboxRows.WithLabelValues("push").Add(float64(res.Written))
+			users := res.Users
+			for _, j := range res.Pushed {
+				users = append(users, j.AuthorID)
+			}
+			s.sampleTrims(work, users)
+			mu.Lock()
+			plan = append(plan, res.Plan...)
+			mu.Unlock()
+			jobs = res.Later
 		}
-		s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
-		s.metrics.deliveries.WithLabelValues(modeName(store.ModePush)).Add(float64(len(res.Pushed)))
-		s.metrics.inboxRows.WithLabelValues("push").Add(float64(res.Written))
-		users := res.Users
-		for _, j := range res.Pushed {
-			users = append(users, j.AuthorID)
-		}
-		s.sampleTrims(work, users)
-		plan = append(plan, res.Plan...)
-		jobs = res.Later
-	}
-	return plan, nil
+		return nil
+	})
+	return plan, err
 }
 
 // releaseDeliveries gives claimed deliveries back after a failed step; those
