@@ -801,6 +801,67 @@ func TestFollow(t *testing.T) {
 	})
 }
 
+// TestMuteAndHideRoutes checks the routes' statuses, bodies and errors;
+// the feed's behaviour is the service's tests'.
+func TestMuteAndHideRoutes(t *testing.T) {
+	t.Parallel()
+	v := setup(t, envOpts{workers: true, config: func(c *service.Config) { c.MaxMuted = 2 }})
+	user, author, other := v.id(), v.id(), v.id()
+	at := func(method, path string, a, b uint64) resp {
+		return v.do(t, method, fmt.Sprintf("/v1/users/%d/%s/%d", a, path, b), "")
+	}
+	wantStatus(t, at(http.MethodPut, "following", user, author), http.StatusNoContent)
+	p := v.publish(t, author, `{}`, http.StatusCreated)
+	waitFor(t, "the post in the feed", func() bool { return len(v.feed(t, user)) == 1 })
+
+	before := time.Now().UnixMilli()
+	for range 2 {
+		wantStatus(t, at(http.MethodPut, "muted", user, author), http.StatusNoContent)
+	}
+	if got := v.feed(t, user); len(got) != 0 {
+		t.Fatalf("feed after the mute: %+v", got)
+	}
+	type muted struct {
+		AuthorID string `json:"author_id"`
+		MutedAt  int64  `json:"muted_at"`
+	}
+	if got := list[muted](t, v, "/v1/users/"+u(user)+"/muted", 10); len(got) != 1 || got[0].AuthorID != u(author) || got[0].MutedAt < before {
+		t.Fatalf("muted list %+v", got)
+	}
+	if got := v.following(t, user); len(got) != 1 {
+		t.Fatalf("following after the mute: %+v", got)
+	}
+	wantStatus(t, at(http.MethodPut, "muted", user, other), http.StatusNoContent)
+	wantError(t, at(http.MethodPut, "muted", user, v.id()), http.StatusConflict, "limit_exceeded")
+	wantError(t, at(http.MethodPut, "muted", user, user), http.StatusBadRequest, "invalid_argument")
+	wantError(t, at(http.MethodPut, "hidden_from", author, author), http.StatusBadRequest, "invalid_argument")
+	wantError(t, v.do(t, http.MethodPut, "/v1/users/"+u(user)+"/muted/x", ""), http.StatusBadRequest, "invalid_argument")
+	for range 2 {
+		wantStatus(t, at(http.MethodDelete, "muted", user, author), http.StatusNoContent)
+	}
+	if got := v.feed(t, user); !slices.Equal(got, []post{p}) {
+		t.Fatalf("feed after the unmute: %+v, want %+v", got, p)
+	}
+
+	wantStatus(t, at(http.MethodPut, "hidden_from", author, user), http.StatusNoContent)
+	if got := v.feed(t, user); len(got) != 0 {
+		t.Fatalf("feed after the hide: %+v", got)
+	}
+	type hidden struct {
+		UserID   string `json:"user_id"`
+		HiddenAt int64  `json:"hidden_at"`
+	}
+	waitFor(t, "the hide listed", func() bool {
+		got := list[hidden](t, v, "/v1/users/"+u(author)+"/hidden_from", 10)
+		return len(got) == 1 && got[0].UserID == u(user) && got[0].HiddenAt >= before
+	})
+	wantStatus(t, at(http.MethodDelete, "hidden_from", author, user), http.StatusNoContent)
+	if got := v.feed(t, user); !slices.Equal(got, []post{p}) {
+		t.Fatalf("feed after the unhide: %+v, want %+v", got, p)
+	}
+	waitFor(t, "the hide unlisted", func() bool { return len(list[hidden](t, v, "/v1/users/"+u(author)+"/hidden_from", 10)) == 0 })
+}
+
 func TestFollowers(t *testing.T) {
 	t.Parallel()
 	v := setup(t, envOpts{workers: true})

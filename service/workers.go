@@ -531,6 +531,9 @@ func (s *Service) applyFollowEvent(ctx context.Context, ev store.FollowEvent) er
 	} else if feed.ErrorCode(err) == feed.ENOTFOUND {
 		err = s.store.RemoveFollower(ctx, ev.AuthorID, ev.UserID)
 	}
+	if err == nil {
+		err = s.store.SyncHidden(ctx, ev.UserID, ev.AuthorID)
+	}
 	if err != nil {
 		return err
 	}

@@ -276,7 +276,7 @@ const batchFollowersSQL = followersPageSQL + " LOCK IN SHARE MODE"
 // INSERT IGNORE keeps one copy.
 const pushSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
 SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author)
-WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ?`
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0`
 
 // pushActiveSQL is pushSQL restricted to users who read their feed at or
 // after a cutoff (as their header rows say): selective push for authors
@@ -285,7 +285,7 @@ WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ?`
 const pushActiveSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
 SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN inbox u
  ON u.user_id = f.user_id AND u.publish_time = 9223372036854775807 AND u.content_id = 18446744073709551615
-WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND u.last_read_at >= ?`
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 AND u.last_read_at >= ?`
 
 // retractSQL removes the post from the inboxes of the users who follow its
 // author in the batch's range: every inbox that can hold it, since an

@@ -40,7 +40,7 @@ const (
 SELECT f.user_id, p.publish_time, p.content_id, p.author_id, p.kind FROM (`
 	pushPostsFirst = `SELECT ? AS content_id, ? AS publish_time, ? AS author_id, ? AS kind`
 	pushPostsNext  = ` UNION ALL SELECT ?, ?, ?, ?`
-	pushPostsTail  = `) p STRAIGHT_JOIN following f FORCE INDEX (idx_following_author) ON f.author_id = p.author_id`
+	pushPostsTail  = `) p STRAIGHT_JOIN following f FORCE INDEX (idx_following_author) ON f.author_id = p.author_id AND f.muted = 0`
 )
 
 // PushResult reports a PushDeliveries call.
