@@ -400,7 +400,7 @@ func TestPublish(t *testing.T) {
 		farFuture := time.Now().Add(2 * time.Minute).UnixMilli()
 		for _, body := range []string{
 			// kind
-			`{"kind":""}`, `{"kind":"Post"}`, `{"kind":"-post"}`, `{"kind":"_x"}`, `{"kind":"a b"}`,
+			`{"kind":""}`, `{"kind":"Post"}`, `{"kind":"-post"}`, `{"kind":"a.b"}`, `{"kind":"a b"}`,
 			`{"kind":"` + strings.Repeat("z", 33) + `"}`, `{"kind":5}`, `{"kind":["post"]}`,
 			// publish_time
 			`{"publish_time":-1}`, fmt.Sprintf(`{"publish_time":%d}`, farFuture), `{"publish_time":1.5}`,
