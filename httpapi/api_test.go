@@ -379,7 +379,8 @@ func TestPublish(t *testing.T) {
 		}{
 			{`{"kind":"a"}`, "a", -1},
 			{`{"kind":"` + strings.Repeat("z", 32) + `"}`, strings.Repeat("z", 32), -1},
-			{`{"kind":"video.clip-2_x"}`, "video.clip-2_x", -1},
+			{`{"kind":"video_clip_2"}`, "video_clip_2", -1},
+			{`{"kind":"_x"}`, "_x", -1},
 			{`{"kind":"9lives"}`, "9lives", -1},
 			{`{"publish_time":0}`, "post", 0},
 		} {
