@@ -40,6 +40,14 @@ type Follow struct {
 	FollowedAt int64  `db:"followed_at"`
 }
 
+// Mute is a pair of a mute (the user mutes the author) or a hide (the
+// author hides from the user), with when it began.
+type Mute struct {
+	UserID   uint64 `db:"user_id"`
+	AuthorID uint64 `db:"author_id"`
+	At       int64  `db:"at"`
+}
+
 // Page asks for up to Limit items strictly after the cursor's position.
 // Since, for the home feed only, also bounds it above: only items strictly
 // newer than that position ("" for none).

@@ -126,26 +126,25 @@ func (a *api) getDelivery(c echo.Context) error {
 		PendingDatabases: d.PendingDatabases})
 }
 
-func (a *api) follow(c echo.Context) error {
-	user, author, err := pathIDs(c, "id", "author_id")
-	if err != nil {
-		return err
+// pairAction serves a PUT or DELETE on a pair of ids, the path's :id and
+// the named parameter: one service call, then 204.
+func pairAction(other string, do func(ctx context.Context, id, otherID uint64) error) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id, otherID, err := pathIDs(c, "id", other)
+		if err != nil {
+			return err
+		}
+		if err := do(c.Request().Context(), id, otherID); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
 	}
-	if err := a.svc.Follow(c.Request().Context(), user, author); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
 }
 
-func (a *api) unfollow(c echo.Context) error {
-	user, author, err := pathIDs(c, "id", "author_id")
-	if err != nil {
-		return err
-	}
-	if err := a.svc.Unfollow(c.Request().Context(), user, author); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
+// filterAction adapts a service call that sets (on) or lifts a mute or
+// hide to pairAction.
+func filterAction(set func(ctx context.Context, id, otherID uint64, on bool) error, on bool) func(ctx context.Context, id, otherID uint64) error {
+	return func(ctx context.Context, id, otherID uint64) error { return set(ctx, id, otherID, on) }
 }
 
 type followingJSON struct {
@@ -156,6 +155,24 @@ type followingJSON struct {
 type followerJSON struct {
 	UserID     string `json:"user_id"`
 	FollowedAt int64  `json:"followed_at"`
+}
+
+type mutedJSON struct {
+	AuthorID string `json:"author_id"`
+	MutedAt  int64  `json:"muted_at"`
+}
+
+type hiddenJSON struct {
+	UserID   string `json:"user_id"`
+	HiddenAt int64  `json:"hidden_at"`
+}
+
+func toMutedJSON(m feed.Mute) mutedJSON {
+	return mutedJSON{AuthorID: strconv.FormatUint(m.AuthorID, 10), MutedAt: m.At}
+}
+
+func toHiddenJSON(m feed.Mute) hiddenJSON {
+	return hiddenJSON{UserID: strconv.FormatUint(m.UserID, 10), HiddenAt: m.At}
 }
 
 func toFollowingJSON(f feed.Follow) followingJSON {
@@ -310,6 +327,14 @@ func (a *api) listFollowing(c echo.Context) error {
 
 func (a *api) listFollowers(c echo.Context) error {
 	return listPage(c, a.svc.ListFollowers, jsonPage(toFollowerJSON))
+}
+
+func (a *api) listMuted(c echo.Context) error {
+	return listPage(c, a.svc.ListMuted, jsonPage(toMutedJSON))
+}
+
+func (a *api) listHiddenFrom(c echo.Context) error {
+	return listPage(c, a.svc.ListHiddenFrom, jsonPage(toHiddenJSON))
 }
 
 func (a *api) getFeed(c echo.Context) error {

@@ -111,9 +111,10 @@ CREATE TABLE IF NOT EXISTS following (
     author_id   BIGINT UNSIGNED NOT NULL COMMENT 'the followed author',
     followed_at BIGINT          NOT NULL COMMENT 'Unix ms of the follow',
     pull        TINYINT         NOT NULL DEFAULT 0 COMMENT 'bits: 1 pull author (merge its posts at or before active_since at read time), 2 backfill pending (merge its whole outbox)',
+    muted       TINYINT         NOT NULL DEFAULT 0 COMMENT '1 while the pair has a mutes row (the user mutes the author, or the author hides from the user): fan-out skips the edge, reads leave the author out',
     PRIMARY KEY (user_id, author_id),
-    KEY idx_following_pull (user_id, pull),
-    KEY idx_following_author (author_id, user_id)
+    KEY idx_following_pull (user_id, pull, muted),
+    KEY idx_following_author (author_id, user_id, muted)
 ) ENGINE = InnoDB
   COMMENT 'user-keyed: the authoritative follow edges. Fan-out reads the edges of one author through idx_following_author, so a post lands only in the inbox of a current follower';
 
@@ -129,6 +130,23 @@ CREATE TABLE IF NOT EXISTS follow_events (
     KEY idx_follow_events_claim (claimed_until)
 ) ENGINE = InnoDB
   COMMENT 'user-keyed: outbox of follow and unfollow, one row per pair. A worker reconciles followers and the backfill with following';
+
+CREATE TABLE IF NOT EXISTS mutes (
+    user_id   BIGINT UNSIGNED NOT NULL COMMENT 'the reader',
+    author_id BIGINT UNSIGNED NOT NULL COMMENT 'the author whose posts leave the reader''s feed',
+    muted_at  BIGINT          NULL COMMENT 'Unix ms when the reader muted the author; NULL: not muted',
+    hidden_at BIGINT          NULL COMMENT 'Unix ms when the author hid their posts from the reader; NULL: not hidden',
+    PRIMARY KEY (user_id, author_id)
+) ENGINE = InnoDB
+  COMMENT 'user-keyed: the reader-side facts of mute and hide, one row per pair while either holds; following.muted mirrors it in the same transactions';
+
+CREATE TABLE IF NOT EXISTS hidden_from (
+    author_id BIGINT UNSIGNED NOT NULL,
+    user_id   BIGINT UNSIGNED NOT NULL COMMENT 'the reader the author hides from',
+    hidden_at BIGINT          NOT NULL COMMENT 'Unix ms of the hide',
+    PRIMARY KEY (author_id, user_id)
+) ENGINE = InnoDB
+  COMMENT 'author-keyed: whom the author hides from, for the author''s list; the reader''s mutes row is the truth, which a follow event copies here';
 
 CREATE TABLE IF NOT EXISTS markers (
     user_id      BIGINT UNSIGNED NOT NULL,
@@ -204,6 +222,9 @@ DROP TABLE IF EXISTS identity;
 DROP TABLE IF EXISTS shard_map;
 DROP TABLE IF EXISTS health;
 DROP TABLE IF EXISTS content_ids;
+DROP TABLE IF EXISTS markers;
+DROP TABLE IF EXISTS hidden_from;
+DROP TABLE IF EXISTS mutes;
 DROP TABLE IF EXISTS follow_events;
 DROP TABLE IF EXISTS following;
 DROP TABLE IF EXISTS inbox;

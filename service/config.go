@@ -15,6 +15,7 @@ const (
 	PushThresholdDefault = 10000
 	ActiveDaysDefault    = 7
 	MaxFollowingDefault  = 2000
+	MaxMutedDefault      = 10000
 	TaskSizeDefault      = 1000
 	BatchSizeDefault     = 1000
 	WorkersDefault       = 4
@@ -65,6 +66,8 @@ type Config struct {
 	ActiveDays int
 	// MaxFollowing caps how many authors one user follows.
 	MaxFollowing int
+	// MaxMuted caps how many authors one user mutes.
+	MaxMuted int
 	// TaskSize is how many followers one fan-out sub-task covers.
 	TaskSize int
 	// BatchSize is how many followers one sub-task transaction writes.
@@ -107,6 +110,7 @@ func DefaultConfig() Config {
 		PushThreshold: PushThresholdDefault,
 		ActiveDays:    ActiveDaysDefault,
 		MaxFollowing:  MaxFollowingDefault,
+		MaxMuted:      MaxMutedDefault,
 		TaskSize:      TaskSizeDefault,
 		BatchSize:     BatchSizeDefault,
 		Workers:       WorkersDefault,
@@ -135,6 +139,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("active days must be 0..%d, got %d", maxActiveDays, c.ActiveDays)
 	case c.MaxFollowing < 1:
 		return fmt.Errorf("max following must be >= 1, got %d", c.MaxFollowing)
+	case c.MaxMuted < 1:
+		return fmt.Errorf("max muted must be >= 1, got %d", c.MaxMuted)
 	case c.TaskSize < 1 || c.BatchSize < 1:
 		return fmt.Errorf("task size and batch size must be >= 1")
 	case c.Workers < 1:

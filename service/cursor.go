@@ -13,13 +13,15 @@ const (
 	cursorPosts     byte = 'p'
 	cursorFollowing byte = 'g'
 	cursorFollowers byte = 'r'
+	cursorMuted     byte = 'm'
+	cursorHidden    byte = 'h'
 )
 
 const cursorVersion byte = 1
 
 // A cursor is base64url(version, kind, publish_time, content_id): the keyset
 // position of the last item a page returned. For the follow lists only the
-// id is used. It is opaque to clients and carries no server state, so any
+// id is used, as for the mute and hide lists. It is opaque to clients and carries no server state, so any
 // instance can continue any page.
 const cursorLen = 2 + 8 + 8
 

@@ -30,10 +30,41 @@ type feedModel struct {
 	posts   map[uint64][]feed.Post         // by author
 	follows map[uint64]map[uint64]struct{} // user → authors
 	ids     map[uint64]struct{}            // content ids ever used
+	// filters holds, per user, the authors the user mutes (store.Mute)
+	// and those who hide from the user (store.Hide).
+	filters map[uint64]map[uint64]map[store.Filter]bool
 }
 
 func newFeedModel() *feedModel {
-	return &feedModel{posts: map[uint64][]feed.Post{}, follows: map[uint64]map[uint64]struct{}{}, ids: map[uint64]struct{}{}}
+	return &feedModel{posts: map[uint64][]feed.Post{}, follows: map[uint64]map[uint64]struct{}{}, ids: map[uint64]struct{}{},
+		filters: map[uint64]map[uint64]map[store.Filter]bool{}}
+}
+
+// setFilter mutes or hides (on) or lifts it, through the service and in
+// the model.
+func (m *feedModel) setFilter(t testing.TB, h *harness, f store.Filter, user, author uint64, on bool) {
+	t.Helper()
+	var err error
+	if f == store.Mute {
+		err = h.svc.Mute(context.Background(), user, author, on)
+	} else {
+		err = h.svc.Hide(context.Background(), author, user, on)
+	}
+	if err != nil {
+		t.Fatalf("filter %d of %d by %d (on %v): %v", author, user, f, on, err)
+	}
+	if m.filters[user] == nil {
+		m.filters[user] = map[uint64]map[store.Filter]bool{}
+	}
+	if m.filters[user][author] == nil {
+		m.filters[user][author] = map[store.Filter]bool{}
+	}
+	m.filters[user][author][f] = on
+}
+
+// filtered says whether the user's feed leaves the author out.
+func (m *feedModel) filtered(user, author uint64) bool {
+	return m.filters[user][author][store.Mute] || m.filters[user][author][store.Hide]
 }
 
 // newID draws an unused random content id.
@@ -155,6 +186,9 @@ func (m *feedModel) followers(author uint64) int {
 func (m *feedModel) feed(user uint64, before feed.Key) []feed.Post {
 	var out []feed.Post
 	for _, a := range append(slices.Collect(maps.Keys(m.follows[user])), user) {
+		if m.filtered(user, a) {
+			continue
+		}
 		for _, p := range m.posts[a] {
 			if p.Key().Less(before) {
 				out = append(out, p)
@@ -424,6 +458,18 @@ func runFeedBruteForce(t *testing.T, seed uint64, activeDays int) {
 			m.follow(t, h, u, a)
 		}
 	}
+	// Mutes and hides, set and lifted, mostly of followed authors (push
+	// and pull, below the floor or not).
+	for range 16 {
+		u := users[r.IntN(numUsers)]
+		a := users[r.IntN(numUsers)]
+		if r.IntN(4) > 0 && len(m.follows[u]) > 0 {
+			a = slices.Sorted(maps.Keys(m.follows[u]))[r.IntN(len(m.follows[u]))]
+		}
+		if u != a {
+			m.setFilter(t, h, store.Filter(r.IntN(2)), u, a, r.IntN(3) > 0)
+		}
+	}
 	h.waitIdle(t)
 
 	// The graph must exercise what the merge combines: the big authors'
@@ -453,10 +499,19 @@ func runFeedBruteForce(t *testing.T, seed uint64, activeDays int) {
 			floors++
 		}
 	}
-	if missing == 0 || floors < numUsers/3 {
-		t.Fatalf("weak graph: %d feed items only in outboxes, %d of %d inboxes with a floor", missing, floors, numUsers)
+	filtered := 0
+	for u, as := range m.follows {
+		for a := range as {
+			if m.filtered(u, a) && len(m.posts[a]) > 0 {
+				filtered++
+			}
+		}
 	}
-	t.Logf("%d feed items only in outboxes, %d of %d inboxes with a floor", missing, floors, numUsers)
+	if missing == 0 || floors < numUsers/3 || filtered < 3 {
+		t.Fatalf("weak graph: %d feed items only in outboxes, %d of %d inboxes with a floor, %d followed authors filtered out",
+			missing, floors, numUsers, filtered)
+	}
+	t.Logf("%d feed items only in outboxes, %d of %d inboxes with a floor, %d followed authors filtered out", missing, floors, numUsers, filtered)
 
 	for i, u := range users {
 		label := fmt.Sprintf("seed %d, active days %d, active reader %v", seed, activeDays, active[u])

@@ -75,7 +75,7 @@ func checkPools(st *store.Store, workers int) error {
 // Config returns the service's settings.
 func (s *Service) Config() Config { return s.cfg }
 
-var kindPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,31}$`)
+var kindPattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
 
 // PublishInput is a publish request; zero ContentID and nil PublishTime ask
 // the server to assign them, empty Kind means feed.KindPost.

@@ -276,7 +276,7 @@ const batchFollowersSQL = followersPageSQL + " LOCK IN SHARE MODE"
 // INSERT IGNORE keeps one copy.
 const pushSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
 SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author)
-WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ?`
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0`
 
 // pushActiveSQL is pushSQL restricted to users who read their feed at or
 // after a cutoff (as their header rows say): selective push for authors
@@ -285,7 +285,7 @@ WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ?`
 const pushActiveSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
 SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN inbox u
  ON u.user_id = f.user_id AND u.publish_time = 9223372036854775807 AND u.content_id = 18446744073709551615
-WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND u.last_read_at >= ?`
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 AND u.last_read_at >= ?`
 
 // retractSQL removes the post from the inboxes of the users who follow its
 // author in the batch's range: every inbox that can hold it, since an
@@ -489,7 +489,9 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 		if target == home {
 			res.Written, err = writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
 		} else {
-			res.Written, err = s.writeTarget(ctx, target, t, through, opt)
+			res.Written, err = s.onTarget(ctx, target, opt, func(ctx context.Context, tx *sqlx.Tx) (int64, error) {
+				return writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
+			})
 		}
 		if err != nil {
 			return res, err
@@ -513,10 +515,10 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 	return res, err
 }
 
-// writeTarget runs a batch's inbox write on another database than the
+// onTarget runs a fan-out write, fn, on another database than the
 // author's, in its own transaction, admitted by opt.Enter and bounded by
-// opt.TargetTimeout.
-func (s *Store) writeTarget(ctx context.Context, target *Shard, t *Task, through uint64, opt BatchOptions) (int64, error) {
+// opt.TargetTimeout: fn runs its statements with the context it is given.
+func (s *Store) onTarget(ctx context.Context, target *Shard, opt BatchOptions, fn func(ctx context.Context, tx *sqlx.Tx) (int64, error)) (int64, error) {
 	if opt.Enter != nil {
 		leave, ok := opt.Enter(target)
 		if !ok {
@@ -532,7 +534,7 @@ func (s *Store) writeTarget(ctx context.Context, target *Shard, t *Task, through
 	var n int64
 	err := inTx(ctx, target.pool(ctx), func(tx *sqlx.Tx) error {
 		var err error
-		n, err = writeInboxes(ctx, tx, t, through, opt.ActiveAfter)
+		n, err = fn(ctx, tx)
 		return err
 	})
 	return n, err

@@ -31,7 +31,10 @@ const isFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ? AND aut
 
 const countFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ?`
 
-const insertFollowingSQL = `INSERT INTO following (user_id, author_id, followed_at, pull) VALUES (?, ?, ?, ?)`
+// insertFollowingSQL adds an edge, muted if the pair has a mutes row (the
+// caller holds the user's header row, which mutes take too).
+const insertFollowingSQL = `INSERT INTO following (user_id, author_id, followed_at, pull, muted)
+VALUES (?, ?, ?, ?, (SELECT COUNT(*) FROM mutes WHERE user_id = ? AND author_id = ?))`
 
 const deleteFollowingSQL = `DELETE FROM following WHERE user_id = ? AND author_id = ?`
 
@@ -66,7 +69,7 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 		} else if n >= maxFollowing {
 			return feed.Errorf(feed.ELIMIT, "user %d already follows %d authors, the maximum", userID, n)
 		}
-		if _, err := tx.ExecContext(ctx, insertFollowingSQL, userID, authorID, now, PullPending); err != nil {
+		if _, err := tx.ExecContext(ctx, insertFollowingSQL, userID, authorID, now, PullPending, userID, authorID); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, setPullsSQL, userID); err != nil {
@@ -134,11 +137,12 @@ func (s *Store) ListFollowers(ctx context.Context, authorID, after uint64, limit
 	return out, wrap("list followers", err)
 }
 
-const followedAuthorsSQL = `SELECT author_id FROM following WHERE user_id = ?`
+const followedAuthorsSQL = `SELECT author_id FROM following WHERE user_id = ? AND muted = 0`
 
-// FollowedAuthors returns every author the user follows: the sources of a
-// deep scroll below the inbox's retained window. Thousands of rows a page
-// are scanned by hand: sqlx's reflection per row cost more than the read.
+// FollowedAuthors returns every author the user follows and does not
+// filter out (mute or hide): the sources of a deep scroll below the inbox's
+// retained window. Thousands of rows a page are scanned by hand: sqlx's
+// reflection per row cost more than the read.
 func (s *Store) FollowedAuthors(ctx context.Context, userID uint64) ([]uint64, error) {
 	rows, err := s.ShardOf(userID).pool(ctx).QueryContext(ctx, followedAuthorsSQL, userID)
 	if err != nil {

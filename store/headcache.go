@@ -23,8 +23,8 @@ import (
 // (less the clock skew between processes), valid while that sequence has
 // not moved: reading it is one statement per database, against a seek per
 // followee. Deletes only shrink outboxes, which heads may overstate
-// (PullNewest reads on when a head's post is gone); follows and unfollows
-// change the sources, not what is known of each.
+// (PullNewest reads on when a head's post is gone); follows, unfollows and
+// mutes change the sources, not what is known of each.
 
 // backdateMargin is how much older than its publish's now a publish_time
 // must be for the post to count as backdated. Posts of clients that stamp

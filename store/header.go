@@ -105,7 +105,7 @@ const feedPageSQL = `SELECT 0 AS src, publish_time AS t, content_id AS id, autho
 // user whose header says there are some.
 const feedPagePullSQL = `(` + feedPageSQL + `)
 UNION ALL (SELECT 1, pull, 0, author_id, '', NULL, NULL, NULL, NULL, NULL
- FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0)`
+ FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0 AND muted = 0)`
 
 // pullHints remembers, per shard and lossily, users whose header said they
 // pull: their pages go straight to feedPagePullSQL instead of finding out

@@ -280,7 +280,7 @@ func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int
 	return total, nil
 }
 
-const lockFollowingSQL = `SELECT pull FROM following WHERE user_id = ? AND author_id = ? LOCK IN SHARE MODE`
+const lockFollowingSQL = `SELECT muted FROM following WHERE user_id = ? AND author_id = ? LOCK IN SHARE MODE`
 
 const insertInboxHead = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)`
 
@@ -296,8 +296,8 @@ type BackfillResult struct {
 // author's shard) into the user's inbox, in one transaction on the user's
 // shard that also settles the following row's pull bits: the pending bit is
 // cleared and, for a pull author, PullBelowActive set. The following row is
-// read with a shared lock, so an unfollow cannot slip between the check and
-// the copy. If the author had limit posts or more, older ones are not
+// read with a shared lock, so an unfollow or a mute cannot slip between the
+// check and the copy; a muted edge gets nothing copied. If the author had limit posts or more, older ones are not
 // copied and the inbox floor rises to the oldest copied one. The inbox is
 // then trimmed back to limit.
 func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int, pullAuthor bool) (BackfillResult, []feed.Post, error) {
@@ -311,8 +311,9 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 	if pullAuthor {
 		setBits = PullBelowActive
 	}
+	var copied []feed.Post
 	err = inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
-		res = BackfillResult{}
+		res, copied = BackfillResult{}, posts
 		var floor *feed.Key
 		if len(posts) >= limit {
 			k := posts[len(posts)-1].Key()
@@ -324,21 +325,26 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 		if err := raiseFloor(ctx, tx, userID, nil); err != nil {
 			return err
 		}
-		var pull int
-		err := tx.GetContext(ctx, &pull, lockFollowingSQL, userID, authorID)
+		var muted bool
+		err := tx.GetContext(ctx, &muted, lockFollowingSQL, userID, authorID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		} else if err != nil {
 			return err
 		}
 		res.Followed = true
-		if floor != nil {
+		if muted {
+			// Filtered out: nothing to copy until the mark is lifted,
+			// which queues another backfill.
+			copied = nil
+		}
+		if floor != nil && len(copied) > 0 {
 			if err := raiseFloor(ctx, tx, userID, floor); err != nil {
 				return err
 			}
 		}
-		if res.Copied, err = InsertRows(ctx, tx, insertInboxHead, 5, "", len(posts), func(i int) []any {
-			p := posts[i]
+		if res.Copied, err = InsertRows(ctx, tx, insertInboxHead, 5, "", len(copied), func(i int) []any {
+			p := copied[i]
 			return []any{userID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind}
 		}); err != nil {
 			return err
@@ -359,7 +365,7 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 	if err != nil {
 		return res, nil, wrap("backfill", err)
 	}
-	return res, posts, nil
+	return res, copied, nil
 }
 
 // RemoveFromInbox deletes the given posts of an author from a user's inbox:

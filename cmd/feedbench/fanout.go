@@ -213,8 +213,7 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 	var inserts [][]store.InboxRow
 	posts := make([]feed.Post, len(followers))
 	for a, users := range followers {
-		b.ceilingPosts++
-		p := feed.Post{ContentID: ceilingContentBase + b.ceilingPosts, AuthorID: authorBase + uint64(a), PublishTime: now, Kind: feed.KindPost}
+		p := feed.Post{ContentID: b.nextCeilingPost(), AuthorID: authorBase + uint64(a), PublishTime: now, Kind: feed.KindPost}
 		posts[a] = p
 		for lo := 0; lo < len(users); lo += batch {
 			rows := make([]store.InboxRow, 0, batch)
@@ -397,4 +396,10 @@ func (b *bench) retentionCuts(ctx context.Context, inserts [][]store.InboxRow, c
 		cuts = append(cuts, stmt)
 	}
 	return cuts, nil
+}
+
+// nextCeilingPost returns a fresh content id for a ceiling's synthetic post.
+func (b *bench) nextCeilingPost() uint64 {
+	b.ceilingPosts++
+	return ceilingContentBase + b.ceilingPosts
 }

@@ -12,6 +12,8 @@
 //	B  publish → visible latency over HTTP for a 1k and a 100k follower author
 //	C  feed read throughput over HTTP vs a raw prepared keyset SELECT
 //	D  disk bytes per inbox row
+//	M  many small posts: publishing vs delivery rate at 1, 10 and 100
+//	   followers per post, vs raw multi-row INSERT IGNORE of the same rows
 //	R  store/reshard's copy of half the virtual shards to a second database
 //	   vs raw INSERT … SELECT, on databases of its own
 //	P  pages below the inbox at 50 to 2,000 followees over HTTP vs the same

@@ -35,6 +35,8 @@ func TestQuick(t *testing.T) {
 		"| fan-out / ceiling, inboxes with room",
 		"## B. Publish → visible",
 		"last follower p50",
+		"## M. Many small posts",
+		"| followers per post |",
 		"## C. Feed read throughput",
 		"| inbox-only HTTP / raw SELECT |",
 		"| 10-pull HTTP / inbox-only HTTP |",

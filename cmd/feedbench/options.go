@@ -41,6 +41,11 @@ type options struct {
 	RepsSmall      int
 	RepsBig        int
 
+	// Phase M.
+	SmallAuthors int
+	SmallPosts   int // posts per scenario, at most
+	SmallRows    int // inbox rows per scenario, at most: bounds the posts of big audiences
+
 	// Phase C.
 	Clients     int
 	ReaderUsers int // users per reader class
@@ -71,7 +76,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		Out:              "docs/BENCHMARKS.md",
-		Phases:           "ABCDRSP",
+		Phases:           "ABCDMPRS",
 		Seed:             1,
 		Users:            10000,
 		InboxRows:        300,
@@ -84,6 +89,9 @@ func defaultOptions() options {
 		FollowersBig:     100000,
 		RepsSmall:        200,
 		RepsBig:          100,
+		SmallAuthors:     1000,
+		SmallPosts:       20000,
+		SmallRows:        200000,
 		Clients:          8,
 		ReaderUsers:      2000,
 		Pages:            3,
@@ -112,6 +120,9 @@ var quickSizes = map[string]string{
 	"followers-big":      "2000",
 	"reps-small":         "3",
 	"reps-big":           "2",
+	"small-authors":      "20",
+	"small-posts":        "200",
+	"small-rows":         "2000",
 	"reader-users":       "100",
 	"pull-posts":         "5",
 	"duration":           "700ms",
@@ -132,7 +143,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Out, "out", o.Out, "report file to write")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the benchmark database instead of dropping it")
 	fs.BoolVar(&o.Quick, "quick", false, "tiny sizes: a smoke run of a few seconds")
-	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk), R (reshard), S (streams), P (deep pages)")
+	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk), M (many small posts), P (deep pages), R (reshard), S (streams)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the data generator")
 	fs.IntVar(&o.Users, "users", o.Users, "users with a loaded inbox")
 	fs.IntVar(&o.InboxRows, "inbox-rows", o.InboxRows, "inbox rows loaded per user")
@@ -145,7 +156,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.FollowersBig, "followers-big", o.FollowersBig, "B: followers of the big authors")
 	fs.IntVar(&o.RepsSmall, "reps-small", o.RepsSmall, "B: posts timed for the small author")
 	fs.IntVar(&o.RepsBig, "reps-big", o.RepsBig, "B: posts timed for each big author")
-	fs.IntVar(&o.Clients, "clients", o.Clients, "C: concurrent readers")
+	fs.IntVar(&o.SmallAuthors, "small-authors", o.SmallAuthors, "M: authors publishing, each followed by 1, 10 or 100 loaded users")
+	fs.IntVar(&o.SmallPosts, "small-posts", o.SmallPosts, "M: posts published per audience size")
+	fs.IntVar(&o.SmallRows, "small-rows", o.SmallRows, "M: inbox rows per audience size at most (fewer posts for 100 followers)")
+	fs.IntVar(&o.Clients, "clients", o.Clients, "C: concurrent readers; M: concurrent publishers")
 	fs.IntVar(&o.ReaderUsers, "reader-users", o.ReaderUsers, "C: users per reader class")
 	fs.IntVar(&o.Pages, "pages", o.Pages, "C: pages per reader session (first page, then next pages by cursor)")
 	fs.IntVar(&o.PullPosts, "pull-posts", o.PullPosts, "C: posts per pull author")
@@ -197,6 +211,10 @@ func (o options) validate() error {
 		return fmt.Errorf("-fanout-authors, -fanout-followers, -rounds and -workers must be >= 1")
 	case o.FanoutAuthors > roomAuthorBase-fanoutAuthorBase:
 		return fmt.Errorf("-fanout-authors must be <= %d", roomAuthorBase-fanoutAuthorBase)
+	case o.SmallAuthors < 1 || o.SmallAuthors > smallAuthorStride || o.SmallPosts < 1 || o.SmallRows < smallAudiences[len(smallAudiences)-1]:
+		return fmt.Errorf("-small-authors must be 1..%d, -small-posts >= 1, -small-rows >= %d", smallAuthorStride, smallAudiences[len(smallAudiences)-1])
+	case smallAudiences[len(smallAudiences)-1] > o.Users:
+		return fmt.Errorf("-users must be >= %d for phase M", smallAudiences[len(smallAudiences)-1])
 	case o.FollowersSmall < 1 || o.FollowersBig < 1 || o.RepsSmall < 1 || o.RepsBig < 1:
 		return fmt.Errorf("-followers-* and -reps-* must be >= 1")
 	case o.Clients < 1 || o.ReaderUsers < 1 || o.Pages < 1 || o.PullPosts < 1 || o.Slices < 1:
@@ -205,8 +223,8 @@ func (o options) validate() error {
 		return fmt.Errorf("-duration must be > 0 and -warmup >= 0")
 	case o.ReshardUsers < 1 || o.ReshardInboxRows < 1:
 		return fmt.Errorf("-reshard-users and -reshard-inbox-rows must be >= 1")
-	case strings.Trim(o.Phases, "ABCDRSP") != "":
-		return fmt.Errorf("-phases takes letters of ABCDRSP, got %q", o.Phases)
+	case strings.Trim(o.Phases, "ABCDMPRS") != "":
+		return fmt.Errorf("-phases takes letters of ABCDMPRS, got %q", o.Phases)
 	case o.Streams < 1 || o.Streams > o.Users || o.StreamPosts < 1 || o.StreamIdle <= 0:
 		return fmt.Errorf("-streams must be in 1..-users (%d), -stream-posts >= 1 and -stream-idle > 0", o.Users)
 	}

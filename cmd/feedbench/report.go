@@ -25,6 +25,12 @@ const (
 	// of two pages' unread items reads its marker and those items, about
 	// what one page of the same readers costs.
 	targetUnread = 0.5
+	// Many small posts (up to smallTargetFollowers followers each):
+	// delivered posts/s vs accepted, and the last post visible this soon
+	// after the last publish.
+	targetSmallKeepUp    = 0.95
+	targetSmallLag       = 2 * time.Second
+	smallTargetFollowers = 10
 )
 
 // Keys of the reader runs of phase C.
@@ -169,6 +175,7 @@ type report struct {
 	Load       loadResult
 	Fanout     *fanoutResult
 	Latency    []latencyResult
+	Small      []smallResult
 	Reads      []readResult
 	Footprints []footprintResult
 	Reshard    *reshardResult
@@ -248,6 +255,7 @@ func (r *report) render(w *bytes.Buffer) {
 	p("")
 	r.renderFanout(p)
 	r.renderLatency(p)
+	r.renderSmall(p)
 	r.renderReads(p)
 	r.renderDeep(p)
 	r.renderStreams(p)
@@ -369,6 +377,46 @@ func (r *report) renderLatency(p func(string, ...any)) {
 	p("cheaper than phase A's; the small author's followers are loaded users with full inboxes. Worker")
 	p("errors (`feed_worker_errors_total`) are steps that failed after the store's retries; the worker")
 	p("backs off and a later step redoes the batch, so they cost time, not rows.")
+	p("")
+}
+
+func (r *report) renderSmall(p func(string, ...any)) {
+	p("## M. Many small posts")
+	p("")
+	if len(r.Small) == 0 {
+		p("Not run (`-phases` excluded M).")
+		p("")
+		return
+	}
+	p("%d authors, each followed by 1, 10 or 100 users drawn at random from the loaded ones (a set of", r.Opt.SmallAuthors)
+	p("authors per audience size), publish through `POST /v1/users/{id}/posts` from %d clients as fast as", r.Opt.Clients)
+	p("the service takes them (the typed Go client), the authors in turn: %s posts per audience size,", count(r.Opt.SmallPosts))
+	p("fewer where that would exceed %s inbox rows. *Accepted* is posts over the time from the first", count(r.Opt.SmallRows))
+	p("publish to the last reply; *delivered* is posts over the time from the first publish until no")
+	p("delivery or task is left (every post in every follower's inbox); *lag* is the time from the last")
+	p("reply to that moment. The ceiling writes the same inbox rows again with raw multi-row INSERT IGNORE")
+	p("of a thousand rows over %d connections (no publish, no follow check, no bookkeeping), reported in", r.Opt.Workers)
+	p("posts/s; its rows are deleted afterwards.")
+	p("")
+	p("| followers per post | posts | accepted posts/s | delivered posts/s | ceiling posts/s | delivered / accepted | lag after the last publish | delivered / ceiling | worker errors |")
+	p("|---:|---:|---:|---:|---:|---|---|---:|---:|")
+	for _, x := range r.Small {
+		keep := x.delivered() / x.accepted()
+		keepS, lagS := fmt.Sprintf("%.2f", keep), msStr(x.Lag)
+		// The targets are for small audiences; a hundred followers
+		// a post is reported beside them.
+		if x.Followers <= smallTargetFollowers {
+			lag := "met"
+			if x.Lag > targetSmallLag {
+				lag = "**MISSED**"
+			}
+			keepS += fmt.Sprintf(" (≥ %.2f: %s)", targetSmallKeepUp, verdict(keep, targetSmallKeepUp))
+			lagS += fmt.Sprintf(" (≤ %s: %s)", targetSmallLag, lag)
+		}
+		p("| %d | %s | %s | %s | %s | %s | %s | %.2f | %d |", x.Followers, count(x.Posts),
+			count(int(x.accepted())), count(int(x.delivered())), count(int(x.ceiling())),
+			keepS, lagS, x.delivered()/x.ceiling(), x.WorkerErrors)
+	}
 	p("")
 }
 
@@ -604,7 +652,7 @@ func verdict(v, target float64) string {
 	if v >= target {
 		return "met"
 	}
-	return fmt.Sprintf("**MISSED** (%.2f < %.1f)", v, target)
+	return fmt.Sprintf("**MISSED** (%.2f < %g)", v, target)
 }
 
 func p99(sorted []time.Duration) string {

@@ -146,12 +146,12 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 // phases loads the data and runs the phases asked for, in an order that
 // gives each the table it needs: D on the freshly loaded inbox, C before
 // fan-out trims any inbox, P (on readers of its own) while the server is
-// at rest, S on the loaded users' own feeds, A on full inboxes, B after
-// them. R, on databases
+// at rest, S on the loaded users' own feeds, A on full inboxes, B and M
+// after them. R, on databases
 // of its own, goes last; run alone it needs no loaded inboxes.
 func (b *bench) phases(ctx context.Context) error {
 	b.data = newDataset(b.opt.Users, time.Now())
-	if strings.ContainsAny(b.opt.Phases, "ABCDS") {
+	if strings.ContainsAny(b.opt.Phases, "ABCDMS") {
 		if err := b.load(ctx); err != nil {
 			return err
 		}
@@ -185,6 +185,11 @@ func (b *bench) phases(ctx context.Context) error {
 	}
 	if b.opt.runs('B') {
 		if err := b.latency(ctx); err != nil {
+			return err
+		}
+	}
+	if b.opt.runs('M') {
+		if err := b.smallPosts(ctx); err != nil {
 			return err
 		}
 	}

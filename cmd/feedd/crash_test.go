@@ -646,3 +646,159 @@ func TestCrashFanoutSharded(t *testing.T) {
 		t.Errorf("%d inboxes hold the post, want %d", len(count), followers+1)
 	}
 }
+
+// TestCrashSmallPosts SIGKILLs the workers of two databases while they
+// deliver many posts of few followers each, which are pushed a batch of
+// posts at a time. At every kill a post counted done is in every follower's
+// inbox (a batch's pushes to the other database commit before it is
+// counted); after the last process finishes, each follower holds each post
+// of its authors exactly once, and each delivery counts its followers once.
+func TestCrashSmallPosts(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	authors, perAuthor, kills, batch := 100, 20, 4, 40
+	if crashFull() {
+		authors, perAuthor, kills = 400, 50, 10
+	}
+	seed := crashSeed(t)
+	t.Logf("posts=%d kills=%d batch=%d seed=%d (FEED_CRASH_SEED=%d replays the kill times)", authors*perAuthor, kills, batch, seed, seed)
+	rng := rand.New(rand.NewPCG(seed, 0))
+	ctx := context.Background()
+
+	bin := feeddBinary(t)
+	dsns := []string{storetest.DatabaseDSN(t), storetest.DatabaseDSN(t)}
+	path := twoDatabases(t, dsns[0], dsns[1])
+	runFeedd(t, bin, "migrate", "--sharding", path)
+	m, err := store.LoadShardMap(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := openStore(t, m)
+	dbs := make([]*sql.DB, len(dsns))
+	for i, d := range dsns {
+		if dbs[i], err = sql.Open("mysql", d); err != nil {
+			t.Fatal(err)
+		}
+		defer dbs[i].Close()
+	}
+
+	// Authors 1..authors, each followed by 1 to 5 of 500 users spread over
+	// both databases, publish perAuthor posts each before any worker runs.
+	now := time.Now().UnixMilli()
+	followers := map[uint64][]uint64{} // by author
+	want := map[uint64]int{}           // inbox rows per post: followers + the author's own
+	var posts []feed.Post
+	for a := uint64(1); a <= uint64(authors); a++ {
+		for _, i := range rng.Perm(500)[:1+rng.IntN(5)] {
+			followers[a] = append(followers[a], 1_000_000+uint64(i)*7919)
+		}
+		if err := storetest.ImportFollowers(ctx, st, a, followers[a], now-1000, false); err != nil {
+			t.Fatal(err)
+		}
+		for j := range perAuthor {
+			p := feed.Post{ContentID: a*1000 + uint64(j), AuthorID: a, PublishTime: now - int64(rng.IntN(1000)), Kind: feed.KindPost}
+			posts = append(posts, p)
+			want[p.ContentID] = len(followers[a]) + 1
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for chunk := range slices.Chunk(posts, (len(posts)+7)/8) {
+		wg.Go(func() {
+			for _, p := range chunk {
+				if _, _, err := st.PublishPost(ctx, p, now); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	// state reads, per database, the posts counted done and every post's
+	// inbox rows. A post's delivery row is on its author's database, its
+	// rows on both.
+	state := func() (done []uint64, rows map[uint64]int) {
+		rows = map[uint64]int{}
+		for _, db := range dbs {
+			ids, err := queryIDs(db, `SELECT content_id FROM deliveries WHERE state = 2`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			done = append(done, ids...)
+			inboxed, err := queryIDs(db, `SELECT content_id FROM inbox WHERE content_id <> 18446744073709551615`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range inboxed {
+				rows[id]++
+			}
+		}
+		return done, rows
+	}
+	args := []string{"serve", "--sharding", path, "--api=false", "--workers=true",
+		"--lease=1s", "--poll-interval=20ms", "--batch-size=" + strconv.Itoa(batch),
+		"--worker-concurrency=4", "--soft-stop=5s"}
+	progress := func() int64 { done, _ := state(); return int64(len(done)) }
+	killRounds(t, rng, bin, args, kills, int64(len(posts)), progress, func(k int) {
+		done, rows := state()
+		for _, id := range done {
+			if rows[id] != want[id] {
+				t.Fatalf("kill %d: post %d is done with %d inbox rows, want %d", k, id, rows[id], want[id])
+			}
+		}
+	})
+	p := startFeedd(t, bin, "feedd final", args...)
+	waitIdle(t, st, 2*time.Minute)
+	p.stop(t, 10*time.Second)
+
+	done, rows := state()
+	if len(done) != len(posts) {
+		t.Fatalf("%d of %d posts done", len(done), len(posts))
+	}
+	for _, p := range posts {
+		if rows[p.ContentID] != want[p.ContentID] {
+			t.Errorf("post %d: %d inbox rows, want %d", p.ContentID, rows[p.ContentID], want[p.ContentID])
+		}
+		d, err := st.GetDelivery(ctx, p.AuthorID, p.ContentID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := int64(len(followers[p.AuthorID]))
+		if w := (feed.Delivery{State: feed.DeliveryDone, Mode: feed.ModePush, Recipients: n, Delivered: n}); !reflect.DeepEqual(d, w) {
+			t.Errorf("delivery of %d = %+v, want %+v", p.ContentID, d, w)
+		}
+	}
+	// The primary key holds one row of a post per inbox, so with the counts
+	// above each follower has each post once if no post landed elsewhere.
+	for _, db := range dbs {
+		var stray int
+		must(t, db.QueryRow(`SELECT COUNT(*) FROM inbox i WHERE content_id <> 18446744073709551615 AND user_id <> author_id
+ AND NOT EXISTS (SELECT 1 FROM following f WHERE f.user_id = i.user_id AND f.author_id = i.author_id)`).Scan(&stray))
+		if stray > 0 {
+			t.Errorf("%d inbox rows of posts outside their authors' followers", stray)
+		}
+	}
+}
+
+// queryIDs returns the first column of q's rows.
+func queryIDs(db *sql.DB, q string) ([]uint64, error) {
+	rows, err := db.Query(q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []uint64
+	for rows.Next() {
+		var id uint64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}

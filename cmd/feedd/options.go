@@ -82,6 +82,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.Int64Var(&s.PushThreshold, "push-threshold", s.PushThreshold, "authors with more followers push only to active followers")
 	fs.IntVar(&s.ActiveDays, "active-days", s.ActiveDays, "a follower is active if it read its feed within this many days")
 	fs.IntVar(&s.MaxFollowing, "max-following", s.MaxFollowing, "follow cap per user")
+	fs.IntVar(&s.MaxMuted, "max-muted", s.MaxMuted, "mute cap per user")
 	fs.IntVar(&s.TaskSize, "task-size", s.TaskSize, "followers per fan-out sub-task")
 	fs.IntVar(&s.BatchSize, "batch-size", s.BatchSize, "followers per fan-out transaction")
 	fs.IntVar(&s.Workers, "worker-concurrency", s.Workers, "fan-out goroutines per shard")

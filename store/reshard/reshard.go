@@ -34,10 +34,12 @@ var Keyed = []KeyedTable{
 	{"fanout_tasks", "author_id"},
 	{"followers", "author_id"},
 	{"authors", "author_id"},
+	{"hidden_from", "author_id"},
 	{"inbox", "user_id"},
 	{"following", "user_id"},
 	{"follow_events", "user_id"},
 	{"markers", "user_id"},
+	{"mutes", "user_id"},
 	{"content_ids", "content_id"},
 }
 
