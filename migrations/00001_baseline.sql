@@ -1,9 +1,10 @@
 -- The schema every shard carries. Each table lives on the shard of one key:
--- author-keyed tables (posts, deliveries, fanout_tasks, followers, authors)
--- on the author's shard, user-keyed tables (inbox, following, follow_events)
--- on the user's, content_ids on the shard of the content id, and health, shard_map,
--- identity, reshard, layout_fence and reshard_changes on every database. A user id and the same number as an author id land on the
--- same shard. No query joins a user-keyed table to an author-keyed one.
+-- author-keyed tables (posts, deliveries, fanout_tasks, followers, authors,
+-- hidden_from) on the author's shard, user-keyed tables (inbox, following,
+-- follow_events, mutes, markers) on the user's, content_ids on the shard of
+-- the content id, and health, shard_map, identity, reshard, layout_fence,
+-- reshard_changes and backdates on every database. A user id and the same
+-- number as an author id land on the same shard. No query joins a user-keyed table to an author-keyed one.
 --
 -- Times are Unix milliseconds. The tables with a kind column are ascii
 -- (kinds are lower-case ascii identifiers); the others hold only integers
@@ -214,7 +215,17 @@ CREATE TABLE IF NOT EXISTS reshard_changes (
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4
   COMMENT 'rows changed on a database while a reshard copies from it, written by its triggers: feedd reshard applies each to the new database by reading the row again, and deletes the entry';
 
+CREATE TABLE IF NOT EXISTS backdates (
+    id  TINYINT UNSIGNED NOT NULL COMMENT 'always 0: one row per database',
+    seq BIGINT UNSIGNED  NOT NULL COMMENT 'grows by one with each post published here whose publish_time is older than its publish by more than the store''s backdate margin: the heads that feed reads cache of this database''s outboxes hold only while it stays put',
+    PRIMARY KEY (id)
+) ENGINE = InnoDB
+  COMMENT 'one row per database, bumped in the transaction of every backdated post: the only writes that can add a post to a range of an outbox older than the margin';
+
+INSERT IGNORE INTO backdates (id, seq) VALUES (0, 0);
+
 -- +goose Down
+DROP TABLE IF EXISTS backdates;
 DROP TABLE IF EXISTS reshard_changes;
 DROP TABLE IF EXISTS layout_fence;
 DROP TABLE IF EXISTS reshard;

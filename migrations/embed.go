@@ -1,10 +1,9 @@
 // Package migrations embeds the schema every shard carries, as goose SQL
-// migrations. 00001_baseline.sql creates every table but backdates, which
-// 00002_backdates.sql adds. MySQL commits DDL implicitly, so a migration
-// runs without a transaction and each of its statements is idempotent
-// (CREATE TABLE IF NOT EXISTS and the like): a rerun after a failure
-// half-way completes it. A schema change is a new file appended after the
-// others; a released file is never edited.
+// migrations. 00001_baseline.sql creates every table. MySQL commits DDL
+// implicitly, so a migration runs without a transaction and each of its
+// statements is idempotent (CREATE TABLE IF NOT EXISTS, INSERT IGNORE): a
+// rerun after a failure half-way completes it. A schema change is a new
+// file appended after the others; a released file is never edited.
 package migrations
 
 import "embed"
