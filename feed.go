@@ -55,6 +55,9 @@ type Page struct {
 	Limit  int
 	Cursor string
 	Since  string
+	// Kinds, for the home feed only, keeps only posts of these kinds (none:
+	// every kind).
+	Kinds []string
 }
 
 // FeedPage is a page of a home feed. Next is the position of the last item
@@ -75,6 +78,7 @@ type FeedPage struct {
 const (
 	DefaultPageLimit = 20
 	MaxPageLimit     = 100
+	MaxKinds         = 10 // kinds one feed filter names
 )
 
 // Delivery states and modes reported by the delivery endpoint.

@@ -863,6 +863,26 @@ func TestMuteAndHideRoutes(t *testing.T) {
 	waitFor(t, "the hide unlisted", func() bool { return len(list[hidden](t, v, "/v1/users/"+u(author)+"/hidden_from", 10)) == 0 })
 }
 
+// TestFeedKindsParam checks the kinds query parameter's parsing; the
+// filter itself is the service's tests'.
+func TestFeedKindsParam(t *testing.T) {
+	t.Parallel()
+	v := setup(t, envOpts{})
+	user := v.id()
+	photo := v.publish(t, user, `{"kind":"photo"}`, http.StatusCreated)
+	v.publish(t, user, `{}`, http.StatusCreated)
+	r := v.do(t, http.MethodGet, "/v1/users/"+u(user)+"/feed?kinds=video,photo", "")
+	wantStatus(t, r, http.StatusOK)
+	var p page[post]
+	r.decode(t, &p)
+	if !slices.Equal(p.Items, []post{photo}) || p.NextCursor != nil {
+		t.Fatalf("page %+v, want the photo alone", p)
+	}
+	for _, q := range []string{"kinds=", "kinds=photo,", "kinds=Photo", "kinds=a,b,c,d,e,f,g,h,i,j,k", "kinds=" + strings.Repeat("x", 33)} {
+		wantError(t, v.do(t, http.MethodGet, "/v1/users/"+u(user)+"/feed?"+q, ""), http.StatusBadRequest, "invalid_argument")
+	}
+}
+
 func TestFollowers(t *testing.T) {
 	t.Parallel()
 	v := setup(t, envOpts{workers: true})

@@ -347,6 +347,9 @@ func (a *api) getFeed(c echo.Context) error {
 		return err
 	}
 	page.Since = c.QueryParam("since")
+	if c.QueryParams().Has("kinds") {
+		page.Kinds = strings.Split(c.QueryParam("kinds"), ",")
+	}
 	p, err := a.svc.Feed(c.Request().Context(), user, page)
 	if err != nil {
 		return err

@@ -40,10 +40,19 @@ import (
 // position: each source is read down to it at most, and the page's next
 // cursor is set exactly when items remain between its last item and Since.
 //
-// Returns EINVALID for a malformed cursor, since or page size.
+// With page.Kinds set, the page holds only posts of those kinds: it is the
+// feed read in chunks and filtered, so it is exact, and it examines at most
+// KindScanBudget items; when they hold fewer than a page of matches, the
+// page holds those with a next cursor at the last item examined.
+//
+// Returns EINVALID for a malformed cursor, since, page size or kinds.
 func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) (feed.FeedPage, error) {
 	ctx = store.WithClass(ctx, store.Reads)
 	if err := checkPage(page); err != nil {
+		return feed.FeedPage{}, err
+	}
+	kinds, err := checkKinds(page.Kinds)
+	if err != nil {
 		return feed.FeedPage{}, err
 	}
 	before, err := decodeCursor(cursorFeed, page.Cursor, store.Top)
@@ -54,11 +63,22 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) (feed
 	if err != nil {
 		return feed.FeedPage{}, err
 	}
-	items, rd, err := s.readFeed(ctx, userID, before, since, page.Limit+1)
+	var (
+		items []feed.Post
+		rd    *pageRead
+		next  string
+	)
+	if kinds != nil {
+		items, next, rd, err = s.readKinds(ctx, userID, before, since, page.Limit, kinds)
+	} else {
+		items, rd, err = s.readFeed(ctx, userID, before, since, page.Limit+1)
+		if err == nil {
+			items, next, err = pageOf(items, page.Limit, feedCursor)
+		}
+	}
 	if err != nil {
 		return feed.FeedPage{}, err
 	}
-	items, next, err := pageOf(items, page.Limit, feedCursor)
 	var top string
 	if len(items) > 0 {
 		top = feedCursor(items[0])

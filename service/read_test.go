@@ -106,7 +106,7 @@ func (m *feedModel) publishAll(t testing.TB, h *harness, posts []feed.Post) {
 	for i, p := range posts {
 		m.add(p)
 		ops[i] = func() error {
-			_, _, err := h.svc.Publish(context.Background(), service.PublishInput{AuthorID: p.AuthorID, ContentID: p.ContentID, PublishTime: &p.PublishTime})
+			_, _, err := h.svc.Publish(context.Background(), service.PublishInput{AuthorID: p.AuthorID, ContentID: p.ContentID, PublishTime: &p.PublishTime, Kind: p.Kind})
 			return err
 		}
 	}

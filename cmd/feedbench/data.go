@@ -24,6 +24,7 @@ const (
 	roomAuthorBase    = 55      // phase A authors of the inboxes with room
 	pullAuthorBase    = 100     // phase C pull authors
 	latencyAuthorBase = 500     // phase B authors
+	mutedAuthorBase   = 100_000 // phase C's muted authors
 	inboxAuthorBase   = 200_000 // authors of the synthetic loaded rows
 
 	// Content ids of synthetic rows, far above the server's ids (41 bits of
@@ -149,8 +150,17 @@ func (d dataset) loadedPost(r, a, perUser int) feed.Post {
 		ContentID:   loadedContentBase + uint64(r)*inboxAuthors + uint64(a),
 		AuthorID:    inboxAuthorBase + uint64(a),
 		PublishTime: d.t0 + int64(r)*slot + int64(a)*slot/inboxAuthors,
-		Kind:        feed.KindPost,
+		Kind:        loadedKind(r),
 	}
+}
+
+// loadedKind is the kind of the loaded rows of slot r: one slot in ten is
+// photos, which phase C's kinds filter reads.
+func loadedKind(r int) string {
+	if r%10 == 9 {
+		return "photo"
+	}
+	return feed.KindPost
 }
 
 // footprint measures phase D: disk bytes per inbox row.

@@ -126,14 +126,14 @@ func (b *bench) deepPhase(ctx context.Context) error {
 		c := deepClass{Followees: f, PerAuthor: per}
 		// One unmeasured walk warms the pools, the prepared statements
 		// and the buffer pool's pages of this reader.
-		if err := b.walkDeep(ctx, load.pager(), reader, limit, nil); err != nil {
+		if err := b.walkDeep(ctx, load.pager(""), reader, limit, nil); err != nil {
 			return fmt.Errorf("P warm-up, %d followees: %w", f, err)
 		}
 		for range b.opt.DeepWalks {
 			// Each walk starts with the process knowing nothing of the
 			// outboxes: its pages learn as one scroll does.
 			b.st.CacheHeads(b.stack.svc.Config().ClockSkew, time.Now)
-			if err := b.walkDeep(ctx, load.pager(), reader, limit, &c); err != nil {
+			if err := b.walkDeep(ctx, load.pager(""), reader, limit, &c); err != nil {
 				return fmt.Errorf("P walk, %d followees: %w", f, err)
 			}
 			if err := b.walkRaw(ctx, raw, reader, floor, limit, &c); err != nil {

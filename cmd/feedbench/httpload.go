@@ -40,10 +40,15 @@ type httpConn struct {
 }
 
 // pager returns a pager that reads feed pages of pageLimit items over the
-// session's connection, taking one on first use.
-func (h *httpLoad) pager() pager {
+// session's connection, taking one on first use; query, if not empty, is
+// added to every request's (as "kinds=photo").
+func (h *httpLoad) pager(query string) pager {
 	return func(ctx context.Context, s *session) (bool, error) {
-		body, err := h.get(ctx, s, feedPath(s.user, s.cursor))
+		path := feedPath(s.user, s.cursor)
+		if query != "" {
+			path += "&" + query
+		}
+		body, err := h.get(ctx, s, path)
 		if err != nil {
 			return false, err
 		}

@@ -44,6 +44,8 @@ func TestQuick(t *testing.T) {
 		"## S. Feed streams",
 		"publish → event p50",
 		"| unread counts / pages, inbox-only readers, HTTP |",
+		"| `?kinds=photo` pages (one item in ten) / unfiltered pages, inbox-only readers, HTTP |",
+		"| pages of readers muting 100 authors / inbox-only pages, HTTP |",
 		"## D. Disk bytes per inbox row",
 		"| as loaded |",
 		"## P. Deep and hybrid pages",

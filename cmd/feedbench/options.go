@@ -205,8 +205,8 @@ func (o options) validate() error {
 		return fmt.Errorf("-users and -inbox-rows must be >= 1")
 	case o.FanoutFollowers > o.Users || o.FollowersSmall > o.Users:
 		return fmt.Errorf("-fanout-followers and -followers-small must be <= -users (%d)", o.Users)
-	case 3*o.ReaderUsers > o.Users:
-		return fmt.Errorf("-reader-users × 3 classes must be <= -users (%d)", o.Users)
+	case 4*o.ReaderUsers > o.Users:
+		return fmt.Errorf("-reader-users × 4 classes must be <= -users (%d)", o.Users)
 	case o.FanoutAuthors < 1 || o.FanoutFollowers < 1 || o.Rounds < 1 || o.Workers < 1:
 		return fmt.Errorf("-fanout-authors, -fanout-followers, -rounds and -workers must be >= 1")
 	case o.FanoutAuthors > roomAuthorBase-fanoutAuthorBase:

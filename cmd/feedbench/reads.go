@@ -68,6 +68,13 @@ func (b *bench) reads(ctx context.Context) error {
 	if err := b.setupReaders(ctx, inboxOnly, fewPull, manyPull); err != nil {
 		return err
 	}
+	// Readers who mute authors: the inbox-only readers' class of readers
+	// beyond the three others, each muting mutedAuthors authors they do not
+	// follow, so their feeds are the inbox-only ones'.
+	muting := b.data.users[3*r : 4*r]
+	if err := storetest.ImportMutes(ctx, b.st, muting, mutedAuthorBase, mutedAuthors, time.Now().UnixMilli()); err != nil {
+		return err
+	}
 
 	rawPagers := make([]pager, 2)
 	for i, headerProbe := range []bool{false, true} {
@@ -101,7 +108,7 @@ func (b *bench) reads(ctx context.Context) error {
 	}
 	load := &httpLoad{addr: b.stack.addr}
 	defer load.close()
-	httpPager := load.pager()
+	httpPager := load.pager("")
 	api := b.stack.api
 	clientPager := func(ctx context.Context, s *session) (bool, error) {
 		page, err := api.Feed(ctx, s.user, pageLimit, s.cursor)
@@ -133,6 +140,8 @@ func (b *bench) reads(ctx context.Context) error {
 		{key: readClient, name: "diagnostic: inbox-only readers, HTTP through the typed Go client (httpapi/client: net/http transport, every item decoded by encoding/json)", users: inboxOnly, read: clientPager, diagnostic: true},
 		{key: readFew, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullFew), users: fewPull, read: httpPager},
 		{key: readMany, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullMany), users: manyPull, read: httpPager},
+		{key: readKinds, name: "inbox-only readers, HTTP, `?kinds=photo` (one feed item in ten)", users: inboxOnly, read: load.pager("kinds=photo")},
+		{key: readMuted, name: fmt.Sprintf("inbox-only readers muting %d authors, HTTP", mutedAuthors), users: muting, read: httpPager},
 		{key: readUnread, name: fmt.Sprintf("unread counts, marker %d items down, inbox-only readers, HTTP", b.markerDepth()), users: inboxOnly, read: unreadPager},
 		{key: readUnreadFew, name: fmt.Sprintf("unread counts, marker %d items down, readers following %d pull authors, HTTP", b.markerDepth(), pullFew), users: fewPull, read: unreadPager},
 	}
@@ -291,6 +300,9 @@ func (b *bench) setupReaders(ctx context.Context, inboxOnly, fewPull, manyPull [
 	b.log.Info("feedbench: C pull authors and markers ready", "seconds", time.Since(start).Seconds())
 	return nil
 }
+
+// mutedAuthors is how many authors each reader of the muting class mutes.
+const mutedAuthors = 100
 
 // markerDepth is how far below the top of their feeds the readers of the
 // unread-count runs have their markers: two pages, or half the loaded inbox

@@ -46,6 +46,9 @@ const (
 	// Unread counts against the same readers' pages.
 	readUnread    = "unread"
 	readUnreadFew = "unread10"
+	// Filtered pages and readers with mutes against inbox-only pages.
+	readKinds = "kinds"
+	readMuted = "muted"
 )
 
 // keepMarker ends the generated part of the report: text below it is
@@ -445,7 +448,10 @@ func (r *report) renderReads(p func(string, ...any)) {
 	p("same goroutine, checking the status, the framing, the item count and next_cursor without decoding")
 	p("the items (`cmd/feedbench/httpload.go`). The load generator shares the server's CPUs here, so a")
 	p("heavier client is charged to the server: the diagnostic row read through the typed Go client")
-	p("(`httpapi/client`, which decodes every item) shows by how much.")
+	p("(`httpapi/client`, which decodes every item) shows by how much. One loaded row in ten is a `photo`")
+	p("(the others `post`): the `?kinds=photo` row pages the inbox-only readers' feeds filtered to it, a")
+	p("page of 20 examining about 200 feed items (read 200 at a time). A fourth class of readers, loaded")
+	p("as the inbox-only one, mutes %d authors it does not follow.", mutedAuthors)
 	p("")
 	p("| reader | pages/s | p50 | p99 | queries/page | pull authors/page |")
 	p("|---|---:|---:|---:|---:|---:|")
@@ -484,6 +490,8 @@ func (r *report) renderReads(p func(string, ...any)) {
 	ratio(fmt.Sprintf("%d-pull HTTP / inbox-only HTTP", pullMany), readMany, readInbox, 0)
 	ratio("unread counts / pages, inbox-only readers, HTTP", readUnread, readInbox, targetUnread)
 	ratio(fmt.Sprintf("unread counts / pages, %d-pull readers, HTTP", pullFew), readUnreadFew, readFew, targetUnread)
+	ratio("`?kinds=photo` pages (one item in ten) / unfiltered pages, inbox-only readers, HTTP", readKinds, readInbox, 0)
+	ratio(fmt.Sprintf("pages of readers muting %d authors / inbox-only pages, HTTP", mutedAuthors), readMuted, readInbox, 0)
 	ratio("diagnostic: store.ReadFeed / raw SELECT", readStore, readRaw, 0)
 	ratio("diagnostic: one-block page shape / raw SELECT", readProbe, readRaw, 0)
 	ratio("diagnostic: service.Feed / raw SELECT", readService, readRaw, 0)

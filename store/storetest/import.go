@@ -103,3 +103,19 @@ func ImportActivity(ctx context.Context, st *store.Store, users []uint64, lastRe
 	}
 	return nil
 }
+
+const importMutesHead = `INSERT IGNORE INTO mutes (user_id, author_id, muted_at)`
+
+// ImportMutes makes each user mute the n authors from first on (first,
+// first+1, …), as of mutedAt: mutes rows only, for authors the users do not
+// follow.
+func ImportMutes(ctx context.Context, st *store.Store, users []uint64, first uint64, n int, mutedAt int64) error {
+	for sh, ids := range byShard(st, users) {
+		if _, err := store.InsertRows(ctx, sh.DB, importMutesHead, 3, "", len(ids)*n, func(i int) []any {
+			return []any{ids[i/n], first + uint64(i%n), mutedAt}
+		}); err != nil {
+			return fmt.Errorf("storetest: import mutes: %w", err)
+		}
+	}
+	return nil
+}

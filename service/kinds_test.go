@@ -1,0 +1,119 @@
+package service_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store"
+)
+
+// TestFeedKinds walks filtered feeds against a brute-force filter of the
+// model's feed: push and pull authors, a small inbox so that walks go below
+// its floor, ties on publish_time, deletes, a muted author, filters of
+// common and rare kinds and page sizes from 1. Every page is full unless it
+// is the last, or its scan budget ran out; every cursor continues the walk
+// exactly; and a page never examines more than the budget, which a kind
+// that no post has shows by ending in short pages with cursors.
+func TestFeedKinds(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(27, 27))
+	h := newHarness(t, harnessOpts{shards: 2, configured: readOpts})
+	m := newFeedModel()
+	reader := uint64(4000)
+	authors := []uint64{4101, 4102, 4103, 4104, 4105}
+	kinds := []string{"post", "post", "post", "photo", "photo", "video", "rare"}
+	base := time.Now().Add(-time.Hour).UnixMilli()
+	var posts []feed.Post
+	for _, a := range append(slices.Clone(authors), reader) {
+		for range 220 + r.IntN(60) {
+			p := m.newPost(r, a, base+int64(r.IntN(200))*1000)
+			p.Kind = kinds[r.IntN(len(kinds))]
+			if a == authors[0] && r.IntN(3) == 0 {
+				p.Kind = "rare"
+			}
+			posts = append(posts, p)
+		}
+	}
+	m.publishAll(t, h, posts)
+	for _, a := range authors {
+		m.follow(t, h, reader, a)
+	}
+	makePull(t, h, m, authors[1], fanIDs(6000, 10))
+	h.waitIdle(t)
+	m.deleteRandom(t, h, r, authors, 8)
+	m.setFilter(t, h, store.Mute, reader, authors[2], true)
+	h.waitIdle(t)
+
+	if n := len(m.feed(reader, store.Top)); n <= service.KindScanBudget {
+		t.Fatalf("a feed of %d items: no walk would spend a page's scan budget", n)
+	}
+	budgetSpent := 0
+	for _, filter := range [][]string{{"post"}, {"photo", "video"}, {"rare"}, {"rare", "post", "photo", "video"}, {"none"}} {
+		var want []feed.Post
+		for _, p := range m.feed(reader, store.Top) {
+			if slices.Contains(filter, p.Kind) {
+				want = append(want, p)
+			}
+		}
+		for _, limit := range []int{1, 7, 20, 100} {
+			label := fmt.Sprintf("kinds %v, limit %d", filter, limit)
+			var got []feed.Post
+			cursor := ""
+			for pages := 0; ; pages++ {
+				p, err := h.svc.Feed(context.Background(), reader, feed.Page{Limit: limit, Cursor: cursor, Kinds: filter})
+				if err != nil {
+					t.Fatalf("%s: %v", label, err)
+				}
+				if len(p.Items) > limit {
+					t.Fatalf("%s: page of %d items", label, len(p.Items))
+				}
+				got = append(got, p.Items...)
+				if p.Next == "" {
+					break
+				}
+				if len(p.Items) < limit {
+					// A short page with a cursor: its budget ran out, so
+					// at least that many feed items lie above the cursor.
+					if n := len(m.feed(reader, store.Top)) - len(m.feed(reader, keyOf(t, p.Next))); n < service.KindScanBudget {
+						t.Fatalf("%s: short page %d with a cursor after %d feed items, below the budget %d", label, pages, n, service.KindScanBudget)
+					}
+					budgetSpent++
+				}
+				if pages > 10000 {
+					t.Fatalf("%s: the walk does not end", label)
+				}
+				cursor = p.Next
+			}
+			if d := diffFeed(got, want); d != "" {
+				t.Fatalf("%s: %s", label, d)
+			}
+		}
+	}
+
+	if budgetSpent == 0 {
+		t.Fatal("no page spent its scan budget")
+	}
+	for _, bad := range [][]string{{}, {""}, {"Post"}, {"a,b"}, {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"}} {
+		if _, err := h.svc.Feed(context.Background(), reader, feed.Page{Limit: 5, Kinds: bad}); feed.ErrorCode(err) != feed.EINVALID {
+			t.Fatalf("kinds %q: %v, want %s", bad, err, feed.EINVALID)
+		}
+	}
+}
+
+// keyOf decodes a feed cursor's position, as a client cannot.
+func keyOf(t testing.TB, cursor string) feed.Key {
+	t.Helper()
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(b) != 18 {
+		t.Fatalf("cursor %q: %v", cursor, err)
+	}
+	return feed.Key{PublishTime: int64(binary.BigEndian.Uint64(b[2:])), ContentID: binary.BigEndian.Uint64(b[10:])}
+}
