@@ -388,12 +388,8 @@ func rawSelect[T any](ctx context.Context, db *sqlx.DB, queries []rawQuery) ([]T
 
 // renderDeep writes phase P's section.
 func (r *report) renderDeep(p func(string, ...any)) {
-	p("## P. Deep and hybrid pages")
-	p("")
 	d := r.Deep
-	if d == nil {
-		p("Not run (`-phases` excluded P).")
-		p("")
+	if !section(p, 'P', "Deep and hybrid pages", d != nil) {
 		return
 	}
 	o := r.Opt

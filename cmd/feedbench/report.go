@@ -267,12 +267,8 @@ func (r *report) render(w *bytes.Buffer) {
 }
 
 func (r *report) renderFanout(p func(string, ...any)) {
-	p("## A. Fan-out throughput")
-	p("")
 	f := r.Fanout
-	if f == nil {
-		p("Not run (`-phases` excluded A).")
-		p("")
+	if !section(p, 'A', "Fan-out throughput", f != nil) {
 		return
 	}
 	p("%d authors, each followed by %s users drawn at random from the loaded ones, publish one post per",
@@ -349,11 +345,7 @@ func (r *report) renderFanout(p func(string, ...any)) {
 }
 
 func (r *report) renderLatency(p func(string, ...any)) {
-	p("## B. Publish → visible")
-	p("")
-	if len(r.Latency) == 0 {
-		p("Not run (`-phases` excluded B).")
-		p("")
+	if !section(p, 'B', "Publish → visible", len(r.Latency) > 0) {
 		return
 	}
 	p("`POST /v1/users/{id}/posts` over HTTP, then `GET /v1/users/{id}/feed?limit=20` over HTTP every")
@@ -384,11 +376,7 @@ func (r *report) renderLatency(p func(string, ...any)) {
 }
 
 func (r *report) renderSmall(p func(string, ...any)) {
-	p("## M. Many small posts")
-	p("")
-	if len(r.Small) == 0 {
-		p("Not run (`-phases` excluded M).")
-		p("")
+	if !section(p, 'M', "Many small posts", len(r.Small) > 0) {
 		return
 	}
 	p("%d authors, each followed by 1, 10 or 100 users drawn at random from the loaded ones (a set of", r.Opt.SmallAuthors)
@@ -424,11 +412,7 @@ func (r *report) renderSmall(p func(string, ...any)) {
 }
 
 func (r *report) renderReads(p func(string, ...any)) {
-	p("## C. Feed read throughput")
-	p("")
-	if len(r.Reads) == 0 {
-		p("Not run (`-phases` excluded C).")
-		p("")
+	if !section(p, 'C', "Feed read throughput", len(r.Reads) > 0) {
 		return
 	}
 	o := r.Opt
@@ -501,11 +485,7 @@ func (r *report) renderReads(p func(string, ...any)) {
 }
 
 func (r *report) renderFootprint(p func(string, ...any)) {
-	p("## D. Disk bytes per inbox row")
-	p("")
-	if len(r.Footprints) == 0 {
-		p("Not run (`-phases` excluded D).")
-		p("")
+	if !section(p, 'D', "Disk bytes per inbox row", len(r.Footprints) > 0) {
 		return
 	}
 	p("Clustered `inbox` (`PRIMARY KEY (user_id, publish_time, content_id)`, no secondary index):")
@@ -524,12 +504,8 @@ func (r *report) renderFootprint(p func(string, ...any)) {
 }
 
 func (r *report) renderReshard(p func(string, ...any)) {
-	p("## R. Reshard copy rate")
-	p("")
 	x := r.Reshard
-	if x == nil {
-		p("Not run (`-phases` excluded R).")
-		p("")
+	if !section(p, 'R', "Reshard copy rate", x != nil) {
 		return
 	}
 	p("A source database holds all %d virtual shards (the one-database layout, recorded at epoch 1 by",
@@ -654,6 +630,18 @@ func (s *sharedServer) describe() string {
 		parts = append(parts, "the figures include that load")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// section writes a phase's heading and, if the phase did not run, says so;
+// it returns ran.
+func section(p func(string, ...any), phase byte, title string, ran bool) bool {
+	p("## %c. %s", phase, title)
+	p("")
+	if !ran {
+		p("Not run (`-phases` excluded %c).", phase)
+		p("")
+	}
+	return ran
 }
 
 func verdict(v, target float64) string {

@@ -131,12 +131,8 @@ func cpuTime() time.Duration {
 }
 
 func (r *report) renderStreams(p func(string, ...any)) {
-	p("## S. Feed streams")
-	p("")
 	s := r.Streams
-	if s == nil {
-		p("Not run (`-phases` excluded S).")
-		p("")
+	if !section(p, 'S', "Feed streams", s != nil) {
 		return
 	}
 	p("%s streams (`GET /v1/users/{id}/feed/stream`) open on the in-process service through the typed Go", count(s.Streams))
