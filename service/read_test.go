@@ -399,7 +399,9 @@ func runFeedBruteForce(t *testing.T, seed uint64, activeDays int) {
 			n = 15 + r.IntN(10)
 		}
 		for range n {
-			posts = append(posts, m.newPost(r, a, at(0)))
+			p := m.newPost(r, a, at(0))
+			p.Kind = randomKind(r)
+			posts = append(posts, p)
 		}
 	}
 	m.publishAll(t, h, posts)
@@ -438,6 +440,7 @@ func runFeedBruteForce(t *testing.T, seed uint64, activeDays int) {
 		}
 		for range n {
 			p := m.newPost(r, a, at(int64(r.IntN(2))*3000))
+			p.Kind = randomKind(r)
 			posts = append(posts, p)
 			if slices.Contains(big, a) {
 				pulled[p.ContentID] = true
@@ -521,7 +524,18 @@ func runFeedBruteForce(t *testing.T, seed uint64, activeDays int) {
 			sizes = readPageSizes
 		}
 		checkFeed(t, h, m, u, label, sizes...)
+		if i%3 == 1 {
+			checkKinds(t, h, m, u, []string{"photo"}, 3)
+		}
 	}
+}
+
+// randomKind draws a post's kind: one in four a photo.
+func randomKind(r *rand.Rand) string {
+	if r.IntN(4) == 0 {
+		return "photo"
+	}
+	return feed.KindPost
 }
 
 // inboxOf returns the user's inbox rows, newest first.
