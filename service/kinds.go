@@ -35,8 +35,26 @@ func checkKinds(kinds []string) ([]string, error) {
 // the last item examined.
 const KindScanBudget = 1000
 
-// kindScanChunk is how many feed items one read of a filtered page takes.
-const kindScanChunk = 200
+// maxKindChunk bounds the feed items one read of a filtered page takes.
+const maxKindChunk = 500
+
+// nextKindChunk is how many feed items the next read of a filtered page
+// takes: twice the page at first, then what the share of matches seen so
+// far says the rest of the page needs, a quarter more, at least a page and
+// at most maxKindChunk. A common kind so reads about a page, a rare one
+// grows its reads toward the budget.
+func nextKindChunk(limit, scanned, matched int) int {
+	if scanned == 0 {
+		return 2 * (limit + 1)
+	}
+	need := limit + 1 - matched
+	n := 2 * scanned
+	if matched > 0 {
+		n = need * scanned / matched
+		n += n / 4
+	}
+	return min(max(n, limit+1), maxKindChunk)
+}
 
 // readKinds returns up to limit posts of the kinds (sorted) strictly between
 // since and before, newest first, and the next cursor: the last post's when
@@ -49,7 +67,7 @@ func (s *Service) readKinds(ctx context.Context, userID uint64, before, since fe
 		all = &pageRead{user: userID}
 	)
 	for scanned := 0; ; {
-		chunk := min(kindScanChunk, KindScanBudget-scanned)
+		chunk := min(nextKindChunk(limit, scanned, len(out)), KindScanBudget-scanned)
 		items, rd, err := s.readFeed(ctx, userID, before, since, chunk)
 		if err != nil {
 			return nil, "", nil, err

@@ -434,7 +434,7 @@ func (r *report) renderReads(p func(string, ...any)) {
 	p("heavier client is charged to the server: the diagnostic row read through the typed Go client")
 	p("(`httpapi/client`, which decodes every item) shows by how much. One loaded row in ten is a `photo`")
 	p("(the others `post`): the `?kinds=photo` row pages the inbox-only readers' feeds filtered to it, a")
-	p("page of 20 examining about 200 feed items (read 200 at a time). A fourth class of readers, loaded")
+	p("page of 20 examining about 200 feed items (read in chunks sized by the matches seen). A fourth class of readers, loaded")
 	p("as the inbox-only one, mutes %d authors it does not follow.", mutedAuthors)
 	p("")
 	p("| reader | pages/s | p50 | p99 | queries/page | pull authors/page |")
