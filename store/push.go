@@ -48,9 +48,10 @@ type PushResult struct {
 	// Pushed are the deliveries done: every listed follower has the post.
 	Pushed []DeliveryJob
 	// Plan are the deliveries to plan one at a time (PlanDelivery):
-	// retractions, pull authors' posts, audiences bigger than a batch, and
-	// posts with followers on a database that is skipped or busy. They
-	// keep their claim.
+	// retractions, pull authors' posts, audiences bigger than a batch,
+	// posts with followers on a database that is skipped or failed, and
+	// posts whose author a reshard moved to another database. They keep
+	// their claim.
 	Plan []DeliveryJob
 	// Later are small deliveries beyond the batch's rows, still claimed:
 	// for the next call.
@@ -72,12 +73,23 @@ type PushResult struct {
 // retracts after the pushes. Jobs whose claim was lost are dropped.
 func (s *Store) PushDeliveries(ctx context.Context, sh *Shard, jobs []DeliveryJob, opt BatchOptions) (PushResult, error) {
 	ctx = s.pin(ctx)
+	// A delivery claimed before a reshard's cut-over moved its author
+	// away is the new owner's to plan (PlanDelivery works there); the
+	// copy left here is not pushed.
+	var moved []DeliveryJob
+	jobs = slices.DeleteFunc(slices.Clone(jobs), func(j DeliveryJob) bool {
+		if s.ShardOf(j.AuthorID) != sh {
+			moved = append(moved, j)
+			return true
+		}
+		return false
+	})
 	var res PushResult
 	if len(jobs) == 0 {
-		return res, nil
+		return PushResult{Plan: moved}, nil
 	}
 	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
-		res = PushResult{}
+		res = PushResult{Plan: slices.Clone(moved)}
 		posts, err := lockDeliveries(ctx, tx, jobs)
 		if err != nil || len(posts) == 0 {
 			return err
@@ -98,7 +110,7 @@ func (s *Store) PushDeliveries(ctx context.Context, sh *Shard, jobs []DeliveryJo
 			}
 			return refused
 		})
-		res.Plan = plan
+		res.Plan = append(res.Plan, plan...)
 		batch, later := fitRows(small, opt.Size)
 		res.Later = jobsOf(later)
 		byTarget := map[*Shard][]*pendingPost{}
