@@ -44,7 +44,7 @@ func (s *Service) setFilter(ctx context.Context, f store.Filter, userID, authorI
 // Returns EINVALID for a malformed cursor or page size.
 func (s *Service) ListMuted(ctx context.Context, userID uint64, page feed.Page) ([]feed.Mute, string, error) {
 	ctx = store.WithClass(ctx, store.Reads)
-	return s.listMutes(cursorMuted, page, func(after uint64) ([]feed.Mute, error) {
+	return pageByID(cursorMuted, page, func(after uint64) ([]feed.Mute, error) {
 		return s.store.ListMuted(ctx, userID, after, page.Limit+1)
 	}, func(m feed.Mute) uint64 { return m.AuthorID })
 }
@@ -55,25 +55,7 @@ func (s *Service) ListMuted(ctx context.Context, userID uint64, page feed.Page) 
 // Returns EINVALID for a malformed cursor or page size.
 func (s *Service) ListHiddenFrom(ctx context.Context, authorID uint64, page feed.Page) ([]feed.Mute, string, error) {
 	ctx = store.WithClass(ctx, store.Reads)
-	return s.listMutes(cursorHidden, page, func(after uint64) ([]feed.Mute, error) {
+	return pageByID(cursorHidden, page, func(after uint64) ([]feed.Mute, error) {
 		return s.store.ListHiddenFrom(ctx, authorID, after, page.Limit+1)
 	}, func(m feed.Mute) uint64 { return m.UserID })
-}
-
-// listMutes pages a list of mutes or hides keyed by the id key returns.
-func (s *Service) listMutes(kind byte, page feed.Page, list func(after uint64) ([]feed.Mute, error), key func(feed.Mute) uint64) ([]feed.Mute, string, error) {
-	if err := checkPage(page); err != nil {
-		return nil, "", err
-	}
-	after, err := decodeCursor(kind, page.Cursor, feed.Key{})
-	if err != nil {
-		return nil, "", err
-	}
-	items, err := list(after.ContentID)
-	if err != nil {
-		return nil, "", err
-	}
-	return pageOf(items, page.Limit, func(m feed.Mute) string {
-		return encodeCursor(kind, feed.Key{ContentID: key(m)})
-	})
 }

@@ -268,20 +268,9 @@ func (s *Service) Unfollow(ctx context.Context, userID, authorID uint64) error {
 // Returns EINVALID for a malformed cursor or page size.
 func (s *Service) ListFollowing(ctx context.Context, userID uint64, page feed.Page) ([]feed.Follow, string, error) {
 	ctx = store.WithClass(ctx, store.Reads)
-	if err := checkPage(page); err != nil {
-		return nil, "", err
-	}
-	after, err := decodeCursor(cursorFollowing, page.Cursor, feed.Key{})
-	if err != nil {
-		return nil, "", err
-	}
-	list, err := s.store.ListFollowing(ctx, userID, after.ContentID, page.Limit+1)
-	if err != nil {
-		return nil, "", err
-	}
-	return pageOf(list, page.Limit, func(f feed.Follow) string {
-		return encodeCursor(cursorFollowing, feed.Key{ContentID: f.AuthorID})
-	})
+	return pageByID(cursorFollowing, page, func(after uint64) ([]feed.Follow, error) {
+		return s.store.ListFollowing(ctx, userID, after, page.Limit+1)
+	}, func(f feed.Follow) uint64 { return f.AuthorID })
 }
 
 // ListFollowers returns a page of the author's followers, by user id.
@@ -289,18 +278,27 @@ func (s *Service) ListFollowing(ctx context.Context, userID uint64, page feed.Pa
 // Returns EINVALID for a malformed cursor or page size.
 func (s *Service) ListFollowers(ctx context.Context, authorID uint64, page feed.Page) ([]feed.Follow, string, error) {
 	ctx = store.WithClass(ctx, store.Reads)
+	return pageByID(cursorFollowers, page, func(after uint64) ([]feed.Follow, error) {
+		return s.store.ListFollowers(ctx, authorID, after, page.Limit+1)
+	}, func(f feed.Follow) uint64 { return f.UserID })
+}
+
+// pageByID serves a page of a list in id order: list reads up to
+// page.Limit+1 items whose id (key) is above after, and the cursor of the
+// page is the id of its last item.
+func pageByID[T any](kind byte, page feed.Page, list func(after uint64) ([]T, error), key func(T) uint64) ([]T, string, error) {
 	if err := checkPage(page); err != nil {
 		return nil, "", err
 	}
-	after, err := decodeCursor(cursorFollowers, page.Cursor, feed.Key{})
+	after, err := decodeCursor(kind, page.Cursor, feed.Key{})
 	if err != nil {
 		return nil, "", err
 	}
-	list, err := s.store.ListFollowers(ctx, authorID, after.ContentID, page.Limit+1)
+	items, err := list(after.ContentID)
 	if err != nil {
 		return nil, "", err
 	}
-	return pageOf(list, page.Limit, func(f feed.Follow) string {
-		return encodeCursor(cursorFollowers, feed.Key{ContentID: f.UserID})
+	return pageOf(items, page.Limit, func(it T) string {
+		return encodeCursor(kind, feed.Key{ContentID: key(it)})
 	})
 }

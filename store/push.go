@@ -103,14 +103,8 @@ func (s *Store) PushDeliveries(ctx context.Context, sh *Shard, jobs []DeliveryJo
 		for _, p := range small {
 			p.targets = s.targetsOf(p.followers)
 		}
-		small = slices.DeleteFunc(small, func(p *pendingPost) bool {
-			refused := slices.ContainsFunc(p.targets, func(t *Shard) bool { return t != sh && slices.Contains(opt.Skip, t.Name) })
-			if refused {
-				plan = append(plan, p.DeliveryJob)
-			}
-			return refused
-		})
 		res.Plan = append(res.Plan, plan...)
+		small = divert(small, &res.Plan, func(t *Shard) bool { return t != sh && slices.Contains(opt.Skip, t.Name) })
 		batch, later := fitRows(small, opt.Size)
 		res.Later = jobsOf(later)
 		byTarget := map[*Shard][]*pendingPost{}
@@ -128,15 +122,15 @@ func (s *Store) PushDeliveries(ctx context.Context, sh *Shard, jobs []DeliveryJo
 			return err
 		}
 		res.Written += written
-		batch = slices.DeleteFunc(batch, func(p *pendingPost) bool {
-			diverted := slices.ContainsFunc(p.targets, func(t *Shard) bool { return failed[t] })
-			if diverted {
-				res.Plan = append(res.Plan, p.DeliveryJob)
+		batch = divert(batch, &res.Plan, func(t *Shard) bool { return failed[t] })
+		var home []*pendingPost
+		for _, p := range batch {
+			if slices.Contains(p.targets, sh) {
+				home = append(home, p)
 			}
-			return diverted
-		})
-		if group := slices.DeleteFunc(byTarget[sh], func(p *pendingPost) bool { return !slices.Contains(batch, p) }); len(group) > 0 {
-			n, err := pushPosts(ctx, tx, group)
+		}
+		if len(home) > 0 {
+			n, err := pushPosts(ctx, tx, home)
 			if err != nil {
 				return err
 			}
@@ -289,6 +283,18 @@ func jobsOf(posts []*pendingPost) []DeliveryJob {
 		out[i] = p.DeliveryJob
 	}
 	return out
+}
+
+// divert moves the posts with followers on a database that hit names out of
+// posts and onto plan, and returns the rest.
+func divert(posts []*pendingPost, plan *[]DeliveryJob, hit func(*Shard) bool) []*pendingPost {
+	return slices.DeleteFunc(posts, func(p *pendingPost) bool {
+		if slices.ContainsFunc(p.targets, hit) {
+			*plan = append(*plan, p.DeliveryJob)
+			return true
+		}
+		return false
+	})
 }
 
 // targetsOf returns the databases of users.

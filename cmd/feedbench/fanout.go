@@ -242,34 +242,19 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 			jobs = append(jobs, job{rows: c, delete: true})
 		}
 	}
-	var next, written, deleted atomic.Int64
-	var g group
+	var written, deleted atomic.Int64
 	cpu0 := readCPUTimes()
 	start := time.Now()
-	for range b.opt.Workers {
-		g.Go(func() error {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(jobs) {
-					return nil
-				}
-				if jobs[i].delete {
-					n, err := deleteInboxBelow(ctx, b.db, jobs[i].rows)
-					if err != nil {
-						return err
-					}
-					deleted.Add(n)
-					continue
-				}
-				n, err := insertInboxRows(ctx, b.db, jobs[i].rows)
-				if err != nil {
-					return err
-				}
-				written.Add(n)
-			}
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if err := spread(b.opt.Workers, len(jobs), func(i int) error {
+		if jobs[i].delete {
+			n, err := deleteInboxBelow(ctx, b.db, jobs[i].rows)
+			deleted.Add(n)
+			return err
+		}
+		n, err := insertInboxRows(ctx, b.db, jobs[i].rows)
+		written.Add(n)
+		return err
+	}); err != nil {
 		return nil, err
 	}
 	w.Time += time.Since(start)

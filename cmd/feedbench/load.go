@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +32,28 @@ func (g *group) Go(fn func() error) {
 func (g *group) Wait() error {
 	g.wg.Wait()
 	return g.errs
+}
+
+// spread calls fn(i) for every i in [0, n) on workers goroutines, each
+// taking the next i when it is free, and returns the first error; after
+// one, each goroutine stops at its next call.
+func spread(workers, n int, fn func(i int) error) error {
+	var next atomic.Int64
+	var g group
+	for range workers {
+		g.Go(func() error {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return nil
+				}
+				if err := fn(i); err != nil {
+					return err
+				}
+			}
+		})
+	}
+	return g.Wait()
 }
 
 // closedLoopResult is what a closed-loop run measured.

@@ -75,31 +75,20 @@ func (b *bench) smallScenario(ctx context.Context, i, followers int) (smallResul
 	b.log.Info("feedbench: M publishing", "followers_per_post", followers, "authors", o.SmallAuthors, "posts", res.Posts)
 
 	errs0 := b.stack.counter("feed_worker_errors_total")
-	var next atomic.Int64
 	var last atomic.Int64 // unix ns of the latest publish reply
-	var g group
 	start := time.Now()
-	for range o.Clients {
-		g.Go(func() error {
-			for {
-				n := int(next.Add(1)) - 1
-				if n >= res.Posts {
-					return nil
-				}
-				if _, _, err := b.stack.api.Publish(ctx, smallAuthor(i, n%o.SmallAuthors), client.PublishRequest{}); err != nil {
-					return err
-				}
-				t := time.Now().UnixNano()
-				for {
-					l := last.Load()
-					if t <= l || last.CompareAndSwap(l, t) {
-						break
-					}
-				}
+	if err := spread(o.Clients, res.Posts, func(n int) error {
+		if _, _, err := b.stack.api.Publish(ctx, smallAuthor(i, n%o.SmallAuthors), client.PublishRequest{}); err != nil {
+			return err
+		}
+		t := time.Now().UnixNano()
+		for {
+			l := last.Load()
+			if t <= l || last.CompareAndSwap(l, t) {
+				return nil
 			}
-		})
-	}
-	if err := g.Wait(); err != nil {
+		}
+	}); err != nil {
 		return res, err
 	}
 	if err := b.stack.waitIdle(ctx, 10*time.Minute); err != nil {
@@ -136,41 +125,19 @@ func (b *bench) smallCeiling(ctx context.Context, scenario int, audiences [][]ui
 			rows = append(rows, store.InboxRow{UserID: u, Post: posts[n]})
 		}
 	}
-	var next, written atomic.Int64
-	var g group
+	const chunk = 1000
+	var written atomic.Int64
 	start := time.Now()
-	for range b.opt.Workers {
-		g.Go(func() error {
-			for {
-				lo := int(next.Add(1000)) - 1000
-				if lo >= len(rows) {
-					return nil
-				}
-				n, err := insertInboxRows(ctx, b.db, rows[lo:min(lo+1000, len(rows))])
-				if err != nil {
-					return err
-				}
-				written.Add(n)
-			}
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if err := spread(b.opt.Workers, (len(rows)+chunk-1)/chunk, func(c int) error {
+		n, err := insertInboxRows(ctx, b.db, rows[c*chunk:min((c+1)*chunk, len(rows))])
+		written.Add(n)
+		return err
+	}); err != nil {
 		return err
 	}
 	res.CeilingTime, res.CeilingRows = time.Since(start), written.Load()
-	next.Store(0)
-	for range b.opt.Workers {
-		g.Go(func() error {
-			for {
-				n := int(next.Add(1)) - 1
-				if n >= len(posts) {
-					return nil
-				}
-				if _, err := retractFromFollowers(ctx, b.db, posts[n]); err != nil {
-					return err
-				}
-			}
-		})
-	}
-	return g.Wait()
+	return spread(b.opt.Workers, len(posts), func(n int) error {
+		_, err := retractFromFollowers(ctx, b.db, posts[n])
+		return err
+	})
 }
