@@ -31,10 +31,13 @@ const isFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ? AND aut
 
 const countFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ?`
 
-// insertFollowingSQL adds an edge, muted if the pair has a mutes row (the
-// caller holds the user's header row, which mutes take too).
-const insertFollowingSQL = `INSERT INTO following (user_id, author_id, followed_at, pull, muted)
-VALUES (?, ?, ?, ?, (SELECT COUNT(*) FROM mutes WHERE user_id = ? AND author_id = ?))`
+const insertFollowingSQL = `INSERT INTO following (user_id, author_id, followed_at, pull, muted) VALUES (?, ?, ?, ?, ?)`
+
+// pairMutedSQL says whether the pair has a mutes row, as a locking read:
+// the latest committed row on every engine, whatever snapshot the
+// transaction holds (MyRocks takes it at the first statement, before the
+// header lock was granted).
+const pairMutedSQL = `SELECT COUNT(*) FROM mutes WHERE user_id = ? AND author_id = ? FOR UPDATE`
 
 const deleteFollowingSQL = `DELETE FROM following WHERE user_id = ? AND author_id = ?`
 
@@ -69,7 +72,13 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 		} else if n >= maxFollowing {
 			return feed.Errorf(feed.ELIMIT, "user %d already follows %d authors, the maximum", userID, n)
 		}
-		if _, err := tx.ExecContext(ctx, insertFollowingSQL, userID, authorID, now, PullPending, userID, authorID); err != nil {
+		// A mute or hide of the author holds for the new edge (mutes
+		// take the header row this transaction holds).
+		var muted int
+		if err := tx.GetContext(ctx, &muted, pairMutedSQL, userID, authorID); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, insertFollowingSQL, userID, authorID, now, PullPending, muted); err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, setPullsSQL, userID); err != nil {

@@ -280,7 +280,7 @@ func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int
 	return total, nil
 }
 
-const lockFollowingSQL = `SELECT muted FROM following WHERE user_id = ? AND author_id = ? LOCK IN SHARE MODE`
+const lockFollowingSQL = `SELECT muted FROM following WHERE user_id = ? AND author_id = ? FOR UPDATE`
 
 const insertInboxHead = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)`
 
@@ -296,8 +296,9 @@ type BackfillResult struct {
 // author's shard) into the user's inbox, in one transaction on the user's
 // shard that also settles the following row's pull bits: the pending bit is
 // cleared and, for a pull author, PullBelowActive set. The following row is
-// read with a shared lock, so an unfollow or a mute cannot slip between the
-// check and the copy; a muted edge gets nothing copied. If the author had limit posts or more, older ones are not
+// locked (FOR UPDATE; the row is the transaction's to settle anyway), so an
+// unfollow or a mute cannot slip between the check and the copy; a muted
+// edge gets nothing copied. If the author had limit posts or more, older ones are not
 // copied and the inbox floor rises to the oldest copied one. The inbox is
 // then trimmed back to limit.
 func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int, pullAuthor bool) (BackfillResult, []feed.Post, error) {

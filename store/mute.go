@@ -30,7 +30,9 @@ const (
 
 const lockMuteSQL = `SELECT muted_at, hidden_at FROM mutes WHERE user_id = ? AND author_id = ? FOR UPDATE`
 
-const countMutedSQL = `SELECT COUNT(*) FROM mutes WHERE user_id = ? AND muted_at IS NOT NULL`
+// countMutedSQL counts the user's mutes with a locking read, so the count is
+// of committed rows on every engine, not of an older snapshot.
+const countMutedSQL = `SELECT COUNT(*) FROM mutes WHERE user_id = ? AND muted_at IS NOT NULL FOR UPDATE`
 
 const upsertMuteSQL = `INSERT INTO mutes (user_id, author_id, muted_at, hidden_at) VALUES (?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE muted_at = VALUES(muted_at), hidden_at = VALUES(hidden_at)`
