@@ -199,12 +199,12 @@ CREATE TABLE IF NOT EXISTS reshard (
   COMMENT 'on every database a reshard touches while it is under way: a second reshard to another layout is refused meanwhile';
 
 CREATE TABLE IF NOT EXISTS layout_fence (
-    id      TINYINT UNSIGNED NOT NULL COMMENT 'always 0: one row per database',
+    id      TINYINT UNSIGNED NOT NULL COMMENT 'a stripe, 0 to 63: a fence trigger locks the row of its connection (CONNECTION_ID() % 64)',
     epoch   BIGINT           NOT NULL COMMENT 'the layout epoch this database takes writes under: a write from a connection of an older epoch is refused',
     capture TINYINT          NOT NULL DEFAULT 0 COMMENT '1 while a reshard copies virtual shards away from this database: the fence triggers log each changed row in reshard_changes',
     PRIMARY KEY (id)
 ) ENGINE = InnoDB
-  COMMENT 'read by the triggers feedd reshard installs on a database that gives up virtual shards; its cut-over takes the row''s lock, which holds writes for the pause';
+  COMMENT 'locked by the triggers feedd reshard installs on a database that gives up virtual shards; its cut-over locks every row, which holds writes for the pause';
 
 CREATE TABLE IF NOT EXISTS reshard_changes (
     seq        BIGINT UNSIGNED  NOT NULL AUTO_INCREMENT,

@@ -101,7 +101,7 @@ const (
 	unmarkSQL  = `DELETE FROM reshard WHERE id = 0`
 	phaseSQL   = `UPDATE reshard SET phase = ? WHERE id = 0`
 	copiedSQL  = `UPDATE reshard SET copied = ? WHERE id = 0`
-	captureOff = `UPDATE layout_fence SET capture = 0 WHERE id = 0`
+	captureOff = `UPDATE layout_fence SET capture = 0`
 )
 
 // Report tells what a cut-over did.
@@ -330,7 +330,7 @@ func (r *Reshard) verifyOnline(ctx context.Context, dbs []string, tables map[str
 
 const (
 	lockWaitSQL  = `SET SESSION innodb_lock_wait_timeout = 2`
-	cutFenceSQL  = `UPDATE layout_fence SET epoch = ?, capture = 0 WHERE id = 0`
+	cutFenceSQL  = `UPDATE layout_fence SET epoch = ?, capture = 0`
 	cutLayoutSQL = `INSERT IGNORE INTO shard_map (epoch, layout, adopted_at) VALUES (?, ?, ?)`
 )
 
@@ -395,7 +395,7 @@ const retireSwitchSQL = `UPDATE authors SET mode = 0 WHERE author_id = ? AND mod
 // shards the layout in force places elsewhere to their owners: after a
 // cut-over, its source's work queues. Workers leave such rows alone (a
 // claim takes only rows its database owns), so nothing changes them
-// meanwhile; the cut-over's transaction holds no row but the fence's, and
+// meanwhile; the cut-over's transaction holds no rows but the fence's, and
 // writers waiting on the fence cannot deadlock with it. Each row is written
 // to its owner, then deleted from name (an author's switch is ended there
 // instead): run again after a crash, it moves what is left.

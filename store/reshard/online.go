@@ -30,13 +30,19 @@ import (
 // catching up, the cut-over's deletes) are neither.
 //
 // The same triggers fence stale writers. Each connection of feedd records
-// the layout epoch it routes by (@feed_epoch); the trigger reads
-// layout_fence with a shared lock and refuses a write from a connection of
-// an older epoch than the database's. The cut-over takes that row's lock
-// exclusively: writes in flight finish first, new ones wait; the last
-// changes are applied; the row gets the next epoch in the transaction that
+// the layout epoch it routes by (@feed_epoch); the trigger locks its
+// connection's row of layout_fence (FOR UPDATE: one of fenceStripes rows,
+// so concurrent writers rarely share one) and refuses a write from a
+// connection of an older epoch than the database's. The cut-over locks
+// every row: writes in flight finish first, new ones wait; the last
+// changes are applied; the rows get the next epoch in the transaction that
 // records the new layout; and the waiting writes are refused as stale, so
 // their processes route by the new layout and retry there.
+
+// fenceStripes is the number of layout_fence rows. A writer locks the row
+// of its connection id, exclusively, so two writers wait for each other
+// only when their connections share a row.
+const fenceStripes = "64"
 
 // trigger names are feed_fence_<table>_<ins|upd|del>.
 func triggerName(table, event string) string {
@@ -70,16 +76,18 @@ func triggerSQL(t table, event string) string {
 	return "CREATE TRIGGER `" + triggerName(t.name, event) + "` AFTER " + event + " ON `" + t.name + "` FOR EACH ROW BEGIN " +
 		"DECLARE e BIGINT DEFAULT 0; DECLARE c TINYINT DEFAULT 0; " +
 		"IF @feed_epoch IS NOT NULL THEN " +
-		"SELECT epoch, capture INTO e, c FROM layout_fence WHERE id = 0 LOCK IN SHARE MODE; " +
+		"SELECT epoch, capture INTO e, c FROM layout_fence WHERE id = CONNECTION_ID() % " + fenceStripes + " FOR UPDATE; " +
 		"IF @feed_epoch < e THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '" + store.FencedMessage + "'; END IF; " +
 		"IF c = 1 THEN " + capture + " END IF; END IF; END"
 }
 
 const (
+	// fenceSQL raises every fence row to the epoch in force, creating the
+	// rows a database lacks.
+	fenceSQL        = `INSERT INTO layout_fence (id, epoch, capture) WITH RECURSIVE stripe (id) AS (SELECT 0 UNION ALL SELECT id + 1 FROM stripe WHERE id + 1 < ` + fenceStripes + `) SELECT id, ?, 0 FROM stripe ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch))`
 	triggersSQL     = `SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME LIKE 'feed\_fence\_%'`
-	fenceSQL        = `INSERT INTO layout_fence (id, epoch, capture) VALUES (0, ?, 0) ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch))`
 	captureSQL      = `SELECT capture FROM layout_fence WHERE id = 0`
-	setCaptureSQL   = `UPDATE layout_fence SET capture = ? WHERE id = 0`
+	captureOnSQL    = `UPDATE layout_fence SET capture = 1`
 	clearChangesSQL = `DELETE FROM reshard_changes`
 	// ddlWaitSQL bounds how long CREATE or DROP TRIGGER waits for the
 	// table's metadata lock: behind a long transaction it would hold up
@@ -93,8 +101,8 @@ const (
 // short) keeps its log, which holds what the copy has not seen.
 func (r *Reshard) startCapture(ctx context.Context, name string) error {
 	db := r.dbs[name]
-	// Writers hold the fence row's shared lock while triggers exist (a run
-	// cut short): the update may deadlock with them, and runs again.
+	// Writers lock fence rows while triggers exist (a run cut short): the
+	// update may deadlock with them, and runs again.
 	if err := r.exec(ctx, name, fenceSQL, r.epoch); err != nil {
 		return fmt.Errorf("reshard: database %s: fence: %w", name, err)
 	}
@@ -103,7 +111,7 @@ func (r *Reshard) startCapture(ctx context.Context, name string) error {
 		return fmt.Errorf("reshard: database %s: %w", name, err)
 	}
 	if on == 0 {
-		for _, q := range []string{clearChangesSQL, "UPDATE layout_fence SET capture = 1 WHERE id = 0"} {
+		for _, q := range []string{clearChangesSQL, captureOnSQL} {
 			if err := r.exec(ctx, name, q); err != nil {
 				return fmt.Errorf("reshard: database %s: start capture: %w", name, err)
 			}
@@ -194,9 +202,9 @@ func (r *Reshard) exec(ctx context.Context, name, q string, args ...any) error {
 }
 
 // retryLocked runs fn again after a deadlock or a lock wait timeout: up to
-// ten times, a growing pause apart. The fence row is locked by every
-// writer of a database with triggers, so the reshard's own writes to it
-// meet both.
+// ten times, a growing pause apart. Fence rows are locked by the writers
+// of a database with triggers, so the reshard's own writes to them meet
+// both.
 func retryLocked(ctx context.Context, fn func() error) error {
 	var err error
 	for i := range 10 {
