@@ -103,6 +103,7 @@ CREATE TABLE IF NOT EXISTS inbox (
     floor_time   BIGINT          NULL COMMENT 'header row: publish_time of the floor, the key at and above which the inbox is complete. NULL: complete',
     floor_id     BIGINT UNSIGNED NULL COMMENT 'header row: content_id of the floor',
     pulls        TINYINT         NULL COMMENT 'header row: 1 if some following row of the user may have pull bits',
+    follows      BIGINT          NULL COMMENT 'header row: the version of the list of authors the user reads, moved by every follow, unfollow, mute or hide set or lifted; processes cache the list by it',
     PRIMARY KEY (user_id, publish_time, content_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = ascii
   COMMENT 'user-keyed: pushed feed entries, clustered in feed order. Each user range ends in a header row holding the user state (header columns are NULL in post rows), also the user lock';

@@ -30,6 +30,8 @@ type Service struct {
 	targets *targetGate
 	// streams are the open feed streams and their watchers.
 	streams *streams
+	// deep remembers readers whose last page went below their inbox.
+	deep store.UserHints
 }
 
 // New returns a Service. now is the clock (time.Now outside tests).
