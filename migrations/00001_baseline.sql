@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     recipients    BIGINT          NOT NULL DEFAULT 0 COMMENT 'follower count when the delivery was planned',
     delivered     BIGINT          NOT NULL DEFAULT 0 COMMENT 'followers processed, summed from the tasks when done (while running, the tasks hold the counts)',
     claim_token   BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'random token of the planner holding the lease, 0 if none',
-    claimed_until BIGINT          NOT NULL DEFAULT 0 COMMENT 'Unix ms when the lease ends and any planner may claim the row',
+    claimed_until BIGINT          NOT NULL DEFAULT 0 COMMENT 'Unix ms when the lease ends and any planner may claim the row; once done, 0, or for a retraction when it finished, from which its tombstone lasts tombstone-ttl',
     attempts      INT             NOT NULL DEFAULT 0 COMMENT 'times the row was claimed',
     created_at    BIGINT          NOT NULL COMMENT 'Unix ms when the post was published',
     tasks_left    INT             NOT NULL DEFAULT 0 COMMENT 'unfinished fanout_tasks while running: the batch that takes it to 0 completes the delivery',
