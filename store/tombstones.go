@@ -34,6 +34,7 @@ const (
 // or a database that fails leaves the tombstone, which the next sweep
 // finds again. Rows of authors a reshard moved away are cleanup's.
 func (s *Store) PurgeTombstones(ctx context.Context, sh *Shard, before int64, limit int) (int, error) {
+	ctx = s.pin(ctx)
 	var rows []struct {
 		ContentID uint64 `db:"content_id"`
 		AuthorID  uint64 `db:"author_id"`
