@@ -34,6 +34,9 @@ const (
 	// reported yet adds to a feed page; a pull statement takes about a
 	// millisecond at rest.
 	SourceTimeoutDefault = 500 * time.Millisecond
+	// LiveSessionTTLDefault is how long a live-feed session's snapshot
+	// serves later pages.
+	LiveSessionTTLDefault = 30 * time.Minute
 )
 
 // maxActiveDays bounds ActiveDays: the window is computed as a
@@ -100,29 +103,33 @@ type Config struct {
 	// SourceTimeout bounds the reads of one database's outboxes for a feed
 	// page.
 	SourceTimeout time.Duration
+	// LiveSessionTTL is how long after its first page a live-feed session
+	// serves later pages; then it is gone (410) and clean-up deletes it.
+	LiveSessionTTL time.Duration
 }
 
 // DefaultConfig returns the contract's defaults.
 func DefaultConfig() Config {
 	return Config{
-		InboxLimit:    InboxLimitDefault,
-		InboxSlack:    InboxSlackDefault,
-		PushThreshold: PushThresholdDefault,
-		ActiveDays:    ActiveDaysDefault,
-		MaxFollowing:  MaxFollowingDefault,
-		MaxMuted:      MaxMutedDefault,
-		TaskSize:      TaskSizeDefault,
-		BatchSize:     BatchSizeDefault,
-		Workers:       WorkersDefault,
-		Lease:         LeaseDefault,
-		PollInterval:  PollIntervalDefault,
-		ClockSkew:     ClockSkewDefault,
-		PullCacheTTL:  PullCacheTTLDefault,
-		ProbeInterval: ProbeIntervalDefault,
-		ProbeTimeout:  ProbeTimeoutDefault,
-		NodeID:        -1,
-		PartialReads:  true,
-		SourceTimeout: SourceTimeoutDefault,
+		InboxLimit:     InboxLimitDefault,
+		InboxSlack:     InboxSlackDefault,
+		PushThreshold:  PushThresholdDefault,
+		ActiveDays:     ActiveDaysDefault,
+		MaxFollowing:   MaxFollowingDefault,
+		MaxMuted:       MaxMutedDefault,
+		TaskSize:       TaskSizeDefault,
+		BatchSize:      BatchSizeDefault,
+		Workers:        WorkersDefault,
+		Lease:          LeaseDefault,
+		PollInterval:   PollIntervalDefault,
+		ClockSkew:      ClockSkewDefault,
+		PullCacheTTL:   PullCacheTTLDefault,
+		ProbeInterval:  ProbeIntervalDefault,
+		ProbeTimeout:   ProbeTimeoutDefault,
+		NodeID:         -1,
+		PartialReads:   true,
+		SourceTimeout:  SourceTimeoutDefault,
+		LiveSessionTTL: LiveSessionTTLDefault,
 	}
 }
 
@@ -159,6 +166,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("node id must be -1 (random) or 0..%d, got %d", maxNodeID, c.NodeID)
 	case c.SourceTimeout <= 0:
 		return fmt.Errorf("source timeout must be > 0, got %s", c.SourceTimeout)
+	case c.LiveSessionTTL <= 0:
+		return fmt.Errorf("live session ttl must be > 0, got %s", c.LiveSessionTTL)
 	}
 	return nil
 }

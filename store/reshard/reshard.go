@@ -35,11 +35,15 @@ var Keyed = []KeyedTable{
 	{"followers", "author_id"},
 	{"authors", "author_id"},
 	{"hidden_from", "author_id"},
+	{"streams", "host_id"},
 	{"inbox", "user_id"},
 	{"following", "user_id"},
 	{"follow_events", "user_id"},
 	{"markers", "user_id"},
 	{"mutes", "user_id"},
+	{"replays", "user_id"},
+	{"replay_floors", "user_id"},
+	{"live_sessions", "user_id"},
 	{"content_ids", "content_id"},
 }
 
