@@ -220,7 +220,7 @@ var claims = map[string]struct {
 }{
 	"fanout_tasks":  {"", nil, "1 = 1"},
 	"follow_events": {"", nil, "1 = 1"},
-	"deliveries":    {"state", func(v string) bool { return v != "2" }, "state < 2"},
+	"deliveries":    {"state", func(v string) bool { return v == "0" || v == "1" }, "state < 2"},
 	"authors":       {"mode", func(v string) bool { return v == "1" }, "mode = 1"},
 }
 
