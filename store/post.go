@@ -41,8 +41,8 @@ const contentOwnerSQL = `SELECT author_id FROM content_ids WHERE content_id = ?`
 //
 // When the content id exists already it returns the stored post and
 // created=false, leaving the caller to judge whether the request repeats it.
-// Returns ECONFLICT if the id belongs to a deleted post or, with several
-// shards, to another author.
+// Returns ECONFLICT if the id belongs to a deleted post, a stream or, with
+// several shards, to another author.
 func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored feed.Post, created bool, err error) {
 	ctx = s.pin(ctx)
 	home := s.ShardOf(p.AuthorID)
@@ -75,7 +75,11 @@ func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored
 		} else if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, insertDeliverySQL, p.ContentID, p.AuthorID, p.PublishTime, p.Kind, now); err != nil {
+		_, err = tx.ExecContext(ctx, insertDeliverySQL, p.ContentID, p.AuthorID, p.PublishTime, p.Kind, now)
+		if mysqlErrno(err) == errDupEntry {
+			// A stream's delivery holds the id (streams share the space).
+			return feed.Errorf(feed.ECONFLICT, "content_id %d names a stream", p.ContentID)
+		} else if err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, insertOwnInboxSQL, p.AuthorID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind); err != nil {
