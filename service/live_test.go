@@ -386,6 +386,13 @@ func TestLiveReplayModel(t *testing.T) {
 				muted[pair] = !muted[pair]
 			}
 		}
+		// Half the viewers read their home feed, which makes them active:
+		// the pull host's replays are pushed to them from then on.
+		for _, v := range viewers[:3] {
+			if _, err := h.svc.Feed(ctx, v, feed.Page{Limit: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		h.waitIdle(t)
 		for _, v := range viewers {
 			var want []feed.Stream
