@@ -41,7 +41,9 @@ const ReplayKind = "@replay"
 const deliveryParked = 3
 
 // MaxQueuedStreams bounds the previews and live streams one host holds at a
-// time: every first page of a follower snapshots them all.
+// time: every first page of a follower snapshots them all. The count is a
+// consistent read, so creations of one host at the same instant may pass it
+// together.
 const MaxQueuedStreams = 50
 
 const streamCols = `host_id, stream_id, state, scheduled_start, started_at, ended_at, deleted`
@@ -107,30 +109,32 @@ func (s *Store) CreateStream(ctx context.Context, st feed.Stream, now int64) (st
 				return err
 			}
 		}
-		var row streamRow
-		err := sqlx.GetContext(ctx, tx, &row, lockStreamSQL, st.HostID, st.StreamID)
-		if err == nil {
+		// Insert first, look later: a locking read of a missing row would
+		// lock the gap, and concurrent creators deadlock on such gaps.
+		_, err := tx.ExecContext(ctx, insertStreamSQL, st.HostID, st.StreamID, st.ScheduledStart, -st.ScheduledStart, now)
+		if mysqlErrno(err) == errDupEntry {
+			var row streamRow
+			if err := sqlx.GetContext(ctx, tx, &row, getStreamSQL, st.HostID, st.StreamID); err != nil {
+				return err
+			}
 			if row.Deleted {
 				return feed.Errorf(feed.ECONFLICT, "stream %d was deleted", st.StreamID)
 			}
 			stored, created = row.stream(), false
 			return nil
-		} else if !errors.Is(err, sql.ErrNoRows) {
+		} else if err != nil {
 			return err
 		}
 		var queued int
 		if err := tx.GetContext(ctx, &queued, countQueueSQL, st.HostID); err != nil {
 			return err
-		} else if queued >= MaxQueuedStreams {
-			return feed.Errorf(feed.ELIMIT, "host %d has %d previews and live streams, the maximum", st.HostID, queued)
+		} else if queued > MaxQueuedStreams {
+			return feed.Errorf(feed.ELIMIT, "host %d has %d previews and live streams, the maximum", st.HostID, MaxQueuedStreams)
 		}
 		_, err = tx.ExecContext(ctx, parkDeliverySQL, st.StreamID, st.HostID, now)
 		if mysqlErrno(err) == errDupEntry {
 			return feed.Errorf(feed.ECONFLICT, "id %d names a post or another host's stream", st.StreamID)
 		} else if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, insertStreamSQL, st.HostID, st.StreamID, st.ScheduledStart, -st.ScheduledStart, now); err != nil {
 			return err
 		}
 		stored, created = feed.Stream{StreamID: st.StreamID, HostID: st.HostID, State: feed.StreamPreview, ScheduledStart: st.ScheduledStart}, true
