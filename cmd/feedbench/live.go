@@ -256,8 +256,10 @@ func (r *report) renderLive(p func(string, ...any)) {
 	}
 	p("%d hosts, each with one live stream, two previews and %d replays (fanned out by the service to its", res.Hosts, liveReplays)
 	p("followers); %d viewers following 5, 10 and 100 of them. A first page reads the followed hosts, their", res.ViewersPerClass)
-	p("queues (one statement), merges them and stores the snapshot as one session row; the ceiling is the same")
-	p("reads and merge in raw SQL without the session's write. Service calls without HTTP, %d clients.", r.Opt.Clients)
+	p("queues (one statement), merges them, stores the snapshot as one session row and, when the snapshot")
+	p("leaves the page short (5 hosts: 15 streams for a page of 20), reads the replays; the ceiling is the")
+	p("followed hosts and queues read and merged in raw SQL, without the session's write or the replays.")
+	p("Service calls without HTTP, %d clients.", r.Opt.Clients)
 	p("")
 	p("| run | hosts followed | service pages/s | p50 | p99 | raw SQL pages/s | ratio |")
 	p("|---|---|---|---|---|---|---|")
