@@ -93,21 +93,13 @@ const countQueueSQL = `SELECT COUNT(*) FROM streams WHERE host_id = ? AND list =
 func (s *Store) CreateStream(ctx context.Context, st feed.Stream, now int64) (stored feed.Stream, created bool, err error) {
 	ctx = s.pin(ctx)
 	home := s.ShardOf(st.HostID)
-	claim := feed.Post{ContentID: st.StreamID, AuthorID: st.HostID}
-	var registry *Shard
-	if len(s.shards) > 1 {
-		registry = s.ShardOf(st.StreamID)
-	}
-	if registry != nil && registry != home {
-		if err := claimContentID(ctx, registry.pool(ctx), claim, now); err != nil {
-			return stored, false, wrap("create stream", err)
-		}
+	claimHome, err := s.claimAway(ctx, home, feed.Post{ContentID: st.StreamID, AuthorID: st.HostID}, now)
+	if err != nil {
+		return stored, false, wrap("create stream", err)
 	}
 	err = inTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
-		if registry == home {
-			if err := claimContentID(ctx, tx, claim, now); err != nil {
-				return err
-			}
+		if err := claimHome(tx); err != nil {
+			return err
 		}
 		// Insert first, look later: a locking read of a missing row would
 		// lock the gap, and concurrent creators deadlock on such gaps.
@@ -239,21 +231,7 @@ func (s *Store) DeleteStream(ctx context.Context, hostID, streamID uint64) error
 		if _, err := tx.ExecContext(ctx, deleteStreamSQL, hostID, streamID); err != nil || row.State != streamReplay {
 			return err // a stream that never ended has no replay to retract
 		}
-		var tasks []int
-		if err := tx.SelectContext(ctx, &tasks, lockTasksSQL, streamID); err != nil {
-			return err
-		}
-		var state int
-		if err := tx.GetContext(ctx, &state, lockDeliverySQL, streamID); err != nil {
-			return err
-		}
-		if len(tasks) > 0 {
-			if _, err := tx.ExecContext(ctx, dropTasksSQL, streamID); err != nil {
-				return err
-			}
-		}
-		_, err = tx.ExecContext(ctx, replanRetractSQL, streamID)
-		return err
+		return retractDelivery(ctx, tx, streamID)
 	})
 	return wrap("delete stream", err)
 }
