@@ -346,7 +346,7 @@ func (s *Service) replayCandidates(ctx context.Context, viewerID uint64, hosts [
 					if err != nil {
 						return nil, err
 					}
-					activeSince = s.spellStart(lastRead, since)
+					activeSince = s.spellStart(s.now(), lastRead, since)
 				}
 				sources = append(sources, store.PullSource{AuthorID: h.HostID, Before: olderOf(before, feed.Key{PublishTime: activeSince + 1})})
 			}

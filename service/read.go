@@ -264,7 +264,7 @@ func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []stor
 func (s *Service) markRead(ctx context.Context, userID uint64, snap store.FeedSnapshot) int64 {
 	now := s.now()
 	inactiveBefore := s.inactiveBefore(now)
-	activeSince := s.spellStart(snap.LastReadAt, snap.ActiveSince)
+	activeSince := s.spellStart(now, snap.LastReadAt, snap.ActiveSince)
 	if now.UnixMilli()-snap.LastReadAt < activityGranularity.Milliseconds() {
 		return activeSince
 	}
@@ -292,8 +292,7 @@ func (s *Service) inactiveBefore(now time.Time) int64 {
 // spellStart is the start of a reader's active spell as reads use it,
 // from its header's last read and active_since: a reader inactive by
 // inactiveBefore starts a new spell at now + 2×skew.
-func (s *Service) spellStart(lastReadAt, activeSince int64) int64 {
-	now := s.now()
+func (s *Service) spellStart(now time.Time, lastReadAt, activeSince int64) int64 {
 	if lastReadAt < s.inactiveBefore(now) {
 		return now.Add(2 * s.cfg.ClockSkew).UnixMilli()
 	}
