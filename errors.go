@@ -13,6 +13,7 @@ const (
 	ENOTFOUND     = "not_found"
 	ECONFLICT     = "conflict"
 	ELIMIT        = "limit_exceeded"
+	ESESSION      = "session_expired"
 	ETOOLARGE     = "payload_too_large"
 	EUNAVAILABLE  = "unavailable"
 	EINTERNAL     = "internal"

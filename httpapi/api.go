@@ -96,6 +96,12 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	get(v1, "/users/:id/feed/marker", a.getMarker)
 	get(v1, "/users/:id/feed/stream", a.getStream)
 	v1.PUT("/users/:id/feed/marker", a.putMarker)
+	v1.POST("/users/:id/streams", a.createStream)
+	get(v1, "/users/:id/streams/:stream_id", a.getStreamByID)
+	v1.DELETE("/users/:id/streams/:stream_id", a.deleteStream)
+	v1.POST("/users/:id/streams/:stream_id/start", a.startStream)
+	v1.POST("/users/:id/streams/:stream_id/end", a.endStream)
+	get(v1, "/users/:id/live", a.getLive)
 	return e
 }
 

@@ -17,6 +17,7 @@ var codes = map[string]int{
 	feed.ENOTFOUND:     http.StatusNotFound,
 	feed.ECONFLICT:     http.StatusConflict,
 	feed.ELIMIT:        http.StatusConflict,
+	feed.ESESSION:      http.StatusGone,
 	feed.ETOOLARGE:     http.StatusRequestEntityTooLarge,
 	feed.EUNAVAILABLE:  http.StatusServiceUnavailable,
 	feed.EINTERNAL:     http.StatusInternalServerError,

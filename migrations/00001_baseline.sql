@@ -1,7 +1,7 @@
 -- The schema every shard carries. Each table lives on the shard of one key:
 -- author-keyed tables (posts, deliveries, fanout_tasks, followers, authors,
--- hidden_from) on the author's shard, user-keyed tables (inbox, following,
--- follow_events, mutes, markers) on the user's, content_ids on the shard of
+-- hidden_from, streams) on the author's shard, user-keyed tables (inbox, following,
+-- follow_events, mutes, markers, replays, replay_floors, live_sessions) on the user's, content_ids on the shard of
 -- the content id, and health, shard_map, identity, reshard, layout_fence,
 -- reshard_changes and backdates on every database. A user id and the same
 -- number as an author id land on the same shard. No query joins a user-keyed table to an author-keyed one.
@@ -32,8 +32,8 @@ CREATE TABLE IF NOT EXISTS deliveries (
     content_id    BIGINT UNSIGNED NOT NULL,
     author_id     BIGINT UNSIGNED NOT NULL,
     publish_time  BIGINT          NOT NULL COMMENT 'copied from the post: the inbox key of its entries',
-    kind          VARCHAR(32)     NOT NULL COMMENT 'copied from the post into its inbox entries',
-    state         TINYINT         NOT NULL DEFAULT 0 COMMENT '0 pending (to plan), 1 running (fanout_tasks exist), 2 done',
+    kind          VARCHAR(32)     NOT NULL COMMENT 'copied from the post into its inbox entries; @replay for a stream''s replay, which fan-out writes into replays instead',
+    state         TINYINT         NOT NULL DEFAULT 0 COMMENT '0 pending (to plan), 1 running (fanout_tasks exist), 2 done, 3 parked: a stream not ended yet, whose row reserves its id and becomes its replay''s delivery when it ends',
     mode          TINYINT         NOT NULL DEFAULT 0 COMMENT 'decided when planned: 0 push to every follower, 1 push_active (followers who read recently), 2 pull (push to nobody)',
     retract       TINYINT         NOT NULL DEFAULT 0 COMMENT '1 once the post is deleted: the fan-out removes it from inboxes instead of adding it',
     recipients    BIGINT          NOT NULL DEFAULT 0 COMMENT 'follower count when the delivery was planned',
@@ -223,9 +223,56 @@ CREATE TABLE IF NOT EXISTS backdates (
 ) ENGINE = InnoDB
   COMMENT 'one row per database, bumped in the transaction of every backdated post: the only writes that can add a post to a range of an outbox older than the margin';
 
+CREATE TABLE IF NOT EXISTS streams (
+    host_id         BIGINT UNSIGNED NOT NULL,
+    stream_id       BIGINT UNSIGNED NOT NULL COMMENT 'shares the content id space: its delivery row reserves it on the shard, content_ids across shards',
+    state           TINYINT         NOT NULL DEFAULT 0 COMMENT '0 preview, 1 live, 2 replay',
+    scheduled_start BIGINT          NOT NULL COMMENT 'Unix ms the host announced',
+    started_at      BIGINT          NULL COMMENT 'Unix ms the stream went live',
+    ended_at        BIGINT          NULL COMMENT 'Unix ms the stream ended',
+    list            TINYINT         NOT NULL DEFAULT 1 COMMENT 'which of the host''s lists holds the stream: 1 the queue (preview and live), 2 the replays, 0 none (deleted)',
+    pos             BIGINT          NOT NULL COMMENT 'order within the list, read descending: -scheduled_start for a preview, started_at live, ended_at for a replay',
+    deleted         TINYINT         NOT NULL DEFAULT 0 COMMENT '1 once deleted: the row stays so the id stays taken and DELETE stays idempotent',
+    created_at      BIGINT          NOT NULL COMMENT 'Unix ms when the row was written',
+    PRIMARY KEY (host_id, stream_id),
+    KEY idx_streams_list (host_id, list, pos, stream_id)
+) ENGINE = InnoDB
+  COMMENT 'author-keyed (by host): each host''s streams. idx_streams_list holds the host''s queue of live and preview streams and its replay list, each read newest first as one index range';
+
+CREATE TABLE IF NOT EXISTS replays (
+    user_id   BIGINT UNSIGNED NOT NULL COMMENT 'the viewer',
+    ended_at  BIGINT          NOT NULL COMMENT 'the stream''s ended_at',
+    stream_id BIGINT UNSIGNED NOT NULL,
+    host_id   BIGINT UNSIGNED NOT NULL,
+    PRIMARY KEY (user_id, ended_at, stream_id)
+) ENGINE = InnoDB
+  COMMENT 'user-keyed: the replays fan-out pushed to each viewer, clustered in the order a page reads them; trimmed to the inbox limit, complete at and above the viewer''s replay_floors row';
+
+CREATE TABLE IF NOT EXISTS replay_floors (
+    user_id    BIGINT UNSIGNED NOT NULL,
+    floor_time BIGINT          NOT NULL COMMENT 'ended_at of the floor: the viewer''s replays list is complete at and above (floor_time, floor_id)',
+    floor_id   BIGINT UNSIGNED NOT NULL COMMENT 'stream_id of the floor',
+    PRIMARY KEY (user_id)
+) ENGINE = InnoDB
+  COMMENT 'user-keyed: one row per viewer whose replays list was trimmed or backfilled short; also the lock that trims and backfills of the list take first';
+
+CREATE TABLE IF NOT EXISTS live_sessions (
+    user_id    BIGINT UNSIGNED NOT NULL COMMENT 'the viewer',
+    session_id BIGINT UNSIGNED NOT NULL COMMENT 'random, named by the client on later pages',
+    expires_at BIGINT          NOT NULL COMMENT 'Unix ms after which the session is gone (410) and clean-up may delete the row',
+    snapshot   MEDIUMBLOB      NOT NULL COMMENT 'the live and preview streams of the followed hosts at the first page, in feed order: 33-byte records (stream_id, host_id, state, scheduled_start, started_at)',
+    PRIMARY KEY (user_id, session_id),
+    KEY idx_live_sessions_expiry (expires_at)
+) ENGINE = InnoDB
+  COMMENT 'user-keyed: one row per live-feed session; each new session deletes a few expired ones';
+
 INSERT IGNORE INTO backdates (id, seq) VALUES (0, 0);
 
 -- +goose Down
+DROP TABLE IF EXISTS live_sessions;
+DROP TABLE IF EXISTS replay_floors;
+DROP TABLE IF EXISTS replays;
+DROP TABLE IF EXISTS streams;
 DROP TABLE IF EXISTS backdates;
 DROP TABLE IF EXISTS reshard_changes;
 DROP TABLE IF EXISTS layout_fence;

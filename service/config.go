@@ -37,6 +37,9 @@ const (
 	// reported yet adds to a feed page; a pull statement takes about a
 	// millisecond at rest.
 	SourceTimeoutDefault = 500 * time.Millisecond
+	// LiveSessionTTLDefault is how long a live-feed session's snapshot
+	// serves later pages.
+	LiveSessionTTLDefault = 30 * time.Minute
 )
 
 // maxActiveDays bounds ActiveDays: the window is computed as a
@@ -106,30 +109,34 @@ type Config struct {
 	// TombstoneTTL is how long a deleted post's rows stay after its
 	// retraction finished; then the post is forgotten and its id is free.
 	TombstoneTTL time.Duration
+	// LiveSessionTTL is how long after its first page a live-feed session
+	// serves later pages; then it is gone (410) and clean-up deletes it.
+	LiveSessionTTL time.Duration
 }
 
 // DefaultConfig returns the contract's defaults.
 func DefaultConfig() Config {
 	return Config{
-		InboxLimit:    InboxLimitDefault,
-		InboxSlack:    InboxSlackDefault,
-		PushThreshold: PushThresholdDefault,
-		ActiveDays:    ActiveDaysDefault,
-		MaxFollowing:  MaxFollowingDefault,
-		MaxMuted:      MaxMutedDefault,
-		TaskSize:      TaskSizeDefault,
-		BatchSize:     BatchSizeDefault,
-		Workers:       WorkersDefault,
-		Lease:         LeaseDefault,
-		PollInterval:  PollIntervalDefault,
-		ClockSkew:     ClockSkewDefault,
-		PullCacheTTL:  PullCacheTTLDefault,
-		ProbeInterval: ProbeIntervalDefault,
-		ProbeTimeout:  ProbeTimeoutDefault,
-		NodeID:        -1,
-		PartialReads:  true,
-		SourceTimeout: SourceTimeoutDefault,
-		TombstoneTTL:  TombstoneTTLDefault,
+		InboxLimit:     InboxLimitDefault,
+		InboxSlack:     InboxSlackDefault,
+		PushThreshold:  PushThresholdDefault,
+		ActiveDays:     ActiveDaysDefault,
+		MaxFollowing:   MaxFollowingDefault,
+		MaxMuted:       MaxMutedDefault,
+		TaskSize:       TaskSizeDefault,
+		BatchSize:      BatchSizeDefault,
+		Workers:        WorkersDefault,
+		Lease:          LeaseDefault,
+		PollInterval:   PollIntervalDefault,
+		ClockSkew:      ClockSkewDefault,
+		PullCacheTTL:   PullCacheTTLDefault,
+		ProbeInterval:  ProbeIntervalDefault,
+		ProbeTimeout:   ProbeTimeoutDefault,
+		NodeID:         -1,
+		PartialReads:   true,
+		SourceTimeout:  SourceTimeoutDefault,
+		LiveSessionTTL: LiveSessionTTLDefault,
+		TombstoneTTL:   TombstoneTTLDefault,
 	}
 }
 
@@ -168,6 +175,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("node id must be -1 (random) or 0..%d, got %d", maxNodeID, c.NodeID)
 	case c.SourceTimeout <= 0:
 		return fmt.Errorf("source timeout must be > 0, got %s", c.SourceTimeout)
+	case c.LiveSessionTTL <= 0:
+		return fmt.Errorf("live session ttl must be > 0, got %s", c.LiveSessionTTL)
 	}
 	return nil
 }

@@ -15,6 +15,10 @@ const (
 	cursorFollowers byte = 'r'
 	cursorMuted     byte = 'm'
 	cursorHidden    byte = 'h'
+	// A live feed's cursor is an offset into its session's snapshot or,
+	// past it, the key of the last replay shown.
+	cursorLiveSnapshot byte = 's'
+	cursorLiveReplays  byte = 'y'
 )
 
 const cursorVersion byte = 1

@@ -26,6 +26,7 @@ type Metrics struct {
 	streamsOpen        prometheus.Gauge
 	streamEvents       prometheus.Counter
 	streamWatchQueries prometheus.Counter
+	live               *liveMetrics
 	reg                prometheus.Registerer
 }
 
@@ -35,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		postsPublished: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "feed_posts_published_total", Help: "Posts stored by publish."}),
 		inboxRows: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "feed_fanout_inbox_rows_total", Help: "Inbox rows written by fan-out, by op (push, retract)."}, []string{"op"}),
+			Name: "feed_fanout_inbox_rows_total", Help: "Inbox rows written by fan-out, by op (push, retract; replay: replays-list rows)."}, []string{"op"}),
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "feed_fanout_batch_seconds", Help: "Duration of one fan-out sub-task batch.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
@@ -69,7 +70,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "feed_stream_events_total", Help: "Items sent on feed streams."}),
 		streamWatchQueries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "feed_stream_watch_queries_total", Help: "SQL statements run by the stream watchers (one per shard)."}),
-		reg: reg,
+		live: newLiveMetrics(reg),
+		reg:  reg,
 	}
 	reg.MustRegister(m.postsPublished, m.inboxRows, m.batchSeconds, m.deliveries, m.followEvents,
 		m.backfillRows, m.trimmedRows, m.purgedPosts, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.feedRows, m.shardUp,

@@ -274,12 +274,8 @@ func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []stor
 // stricter than fan-out's own activity test.
 func (s *Service) markRead(ctx context.Context, userID uint64, snap store.FeedSnapshot) int64 {
 	now := s.now()
-	skew := s.cfg.ClockSkew
-	inactiveBefore := now.Add(skew - s.activeWindow()).UnixMilli()
-	activeSince := snap.ActiveSince
-	if snap.LastReadAt < inactiveBefore {
-		activeSince = now.Add(2 * skew).UnixMilli()
-	}
+	inactiveBefore := s.inactiveBefore(now)
+	activeSince := s.spellStart(now, snap.LastReadAt, snap.ActiveSince)
 	if now.UnixMilli()-snap.LastReadAt < activityGranularity.Milliseconds() {
 		return activeSince
 	}
@@ -294,6 +290,22 @@ func (s *Service) markRead(ctx context.Context, userID uint64, snap store.FeedSn
 	defer cancel()
 	if err := s.store.MarkRead(mctx, userID, now.UnixMilli(), activeSince, inactiveBefore); err != nil {
 		s.log.Debug("service: mark read", "user_id", userID, "error", err)
+	}
+	return activeSince
+}
+
+// inactiveBefore is the last read before which a reader counts as
+// inactive: the active window less the clock-skew margin.
+func (s *Service) inactiveBefore(now time.Time) int64 {
+	return now.Add(s.cfg.ClockSkew - s.activeWindow()).UnixMilli()
+}
+
+// spellStart is the start of a reader's active spell as reads use it,
+// from its header's last read and active_since: a reader inactive by
+// inactiveBefore starts a new spell at now + 2×skew.
+func (s *Service) spellStart(now time.Time, lastReadAt, activeSince int64) int64 {
+	if lastReadAt < s.inactiveBefore(now) {
+		return now.Add(2 * s.cfg.ClockSkew).UnixMilli()
 	}
 	return activeSince
 }

@@ -17,11 +17,11 @@ import (
 	"github.com/feedhq/feed/store/storetest"
 )
 
-// TestSoak churns publishes, follows, unfollows and deletes in rounds on two
-// databases and holds every table, whichever tables the schema has, to the
-// row count it had after the first round: each round publishes as many
-// posts as it deletes and swaps one follow of each user for another, so
-// nothing may grow. Deleted posts' rows go once their tombstones expire (the
+// TestSoak churns publishes, follows, unfollows, deletes and live streams in
+// rounds on two databases and holds every table, whichever tables the schema
+// has, to the row count it had after the second round: each round publishes
+// as many posts and streams as it deletes and swaps one follow of each user
+// for another, so nothing may grow. Deleted posts' rows go once their tombstones expire (the
 // clock jumps past the TTL each round); a post forgotten that way answers
 // DELETE with 404 and its id can be published again. Each round every feed
 // equals a full sort of the live posts of the authors followed.
@@ -40,6 +40,7 @@ func TestSoak(t *testing.T) {
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	h := newHarness(t, harnessOpts{shards: 2, now: now, configured: func(c *service.Config) {
 		c.TombstoneTTL = time.Minute
+		c.LiveSessionTTL = time.Minute
 	}})
 	ctx := t.Context()
 	m := newFeedModel()
@@ -69,14 +70,45 @@ func TestSoak(t *testing.T) {
 		}
 		m.publishAll(t, h, live)
 		m.deleteAll(t, h, gone)
+		// Streams churn too: each round every author ends a stream
+		// (replayed to its followers) and schedules another, and last
+		// round's are deleted, one ended, one never started.
+		for a := range authors {
+			for k := range 2 {
+				id := uint64(900000 + r*100 + a*2 + k)
+				at := now().Add(time.Hour).UnixMilli()
+				st, _, err := h.svc.CreateStream(ctx, service.StreamInput{HostID: author(a), StreamID: id, ScheduledStart: &at})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if k == 0 {
+					if _, err := h.svc.StartStream(ctx, st.HostID, id, nil); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := h.svc.EndStream(ctx, st.HostID, id, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if r > 0 {
+					if err := h.svc.DeleteStream(ctx, st.HostID, id-100); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+		}
 		h.waitIdle(t)
 		offset.Add(int64(2 * time.Minute)) // past the tombstones' TTL
 		counts := waitRows(t, h, "posts", int64(len(live)))
 		for i := range users {
 			checkFeed(t, h, m, user(i), fmt.Sprintf("round %d", r), 7)
+			// A live feed session each round, the last round's expired.
+			if _, err := h.svc.LivePage(ctx, user(i), feed.Page{Limit: 5}, ""); err != nil {
+				t.Fatal(err)
+			}
 		}
+		counts = waitRows(t, h, "posts", int64(len(live)))
 		t.Logf("round %d: %v", r, counts)
-		if r == 0 {
+		if r <= 1 { // a viewer's replays list gets its floor row at its first trim
 			warm = counts
 			continue
 		}

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 )
@@ -446,9 +448,13 @@ func down(shards []*store.Shard) []string {
 func (s *Service) batchDone(ctx context.Context, t *store.Task, res store.BatchResult, start time.Time) {
 	s.metrics.batchSeconds.Observe(time.Since(start).Seconds())
 	op := "push"
-	if t.Retract {
+	switch {
+	case t.Retract:
 		op = "retract"
-	} else {
+	case t.Kind == store.ReplayKind:
+		op = "replay"
+		s.sampleTrimsOf(ctx, res.Users, s.store.TrimReplays, s.metrics.live.replaysTrimmed)
+	default:
 		s.sampleTrims(ctx, res.Users)
 	}
 	s.metrics.inboxRows.WithLabelValues(op).Add(float64(res.Written))
@@ -459,6 +465,12 @@ func (s *Service) batchDone(ctx context.Context, t *store.Task, res store.BatchR
 // The sampled inboxes of a batch are trimmed together, with a fixed number
 // of statements per shard.
 func (s *Service) sampleTrims(ctx context.Context, users []uint64) {
+	s.sampleTrimsOf(ctx, users, s.store.TrimInboxes, s.metrics.trimmedRows)
+}
+
+// sampleTrimsOf samples users as sampleTrims does and trims their lists
+// with trim (inboxes or replays lists), counting the rows it deletes.
+func (s *Service) sampleTrimsOf(ctx context.Context, users []uint64, trim func(context.Context, []uint64, int) (int64, error), trimmed prometheus.Counter) {
 	every := s.cfg.TrimEvery()
 	var sampled []uint64
 	for _, u := range users {
@@ -474,11 +486,11 @@ func (s *Service) sampleTrims(ctx context.Context, users []uint64) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, targetWriteTimeout)
 	defer cancel()
-	n, err := s.store.TrimInboxes(ctx, sampled, s.cfg.InboxLimit)
-	s.metrics.trimmedRows.Add(float64(n))
+	n, err := trim(ctx, sampled, s.cfg.InboxLimit)
+	trimmed.Add(float64(n))
 	if err != nil {
 		// Retention is best effort: the next sampled pushes retry it.
-		s.log.Warn("worker: trim inboxes", "users", len(sampled), "error", err)
+		s.log.Warn("worker: trim", "users", len(sampled), "error", err)
 	}
 }
 
@@ -525,6 +537,11 @@ func (s *Service) applyFollowEvent(ctx context.Context, ev store.FollowEvent) er
 	if err == nil {
 		var mode int
 		if mode, err = s.store.AddFollower(ctx, f, s.cfg.PushThreshold); err == nil {
+			// Replays first: reads merge the host's own replay list until
+			// the posts' backfill clears the pending bit.
+			_, err = s.store.BackfillReplays(ctx, ev.UserID, ev.AuthorID, s.cfg.InboxLimit)
+		}
+		if err == nil {
 			err = s.backfill(ctx, ev.UserID, ev.AuthorID, mode != store.AuthorPush)
 		}
 		if mode == store.AuthorSwitching {

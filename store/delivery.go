@@ -544,12 +544,14 @@ func (s *Store) onTarget(ctx context.Context, target *Shard, opt BatchOptions, f
 }
 
 // writeInboxes adds t's post to (or, for a retraction, removes it from) the
-// inboxes of ex's shard whose users follow t's author in (t.LastUser,
+// inboxes (a replay's: the replays lists) of ex's shard whose users follow t's author in (t.LastUser,
 // through], with one statement, and returns the entries changed.
 func writeInboxes(ctx context.Context, ex sqlx.ExecerContext, t *Task, through uint64, activeAfter int64) (int64, error) {
 	var r sql.Result
 	var err error
 	switch {
+	case t.Kind == ReplayKind:
+		r, err = writeReplays(ctx, ex, t, through, activeAfter)
 	case t.Retract:
 		r, err = ex.ExecContext(ctx, retractSQL, t.PublishTime, t.ContentID, t.AuthorID, t.LastUser, through)
 	case t.Mode == ModePushActive:

@@ -114,8 +114,10 @@ func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64
 		if deleted, err := affected(tx.ExecContext(ctx, deleteFollowingSQL, userID, authorID)); err != nil || !deleted {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, purgeAuthorSQL, userID, authorID); err != nil {
-			return err
+		for _, q := range []string{purgeAuthorSQL, purgeHostReplaysSQL} {
+			if _, err := tx.ExecContext(ctx, q, userID, authorID); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.ExecContext(ctx, recountPullsSQL, userID, userID); err != nil {
 			return err

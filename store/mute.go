@@ -104,8 +104,10 @@ func (s *Store) SetFilter(ctx context.Context, f Filter, userID, authorID uint64
 			if _, err := tx.ExecContext(ctx, muteEdgeSQL, userID, authorID); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, purgeAuthorSQL, userID, authorID); err != nil {
-				return err
+			for _, q := range []string{purgeAuthorSQL, purgeHostReplaysSQL} {
+				if _, err := tx.ExecContext(ctx, q, userID, authorID); err != nil {
+					return err
+				}
 			}
 		case was && !is:
 			if backfill, err = affected(tx.ExecContext(ctx, unmuteEdgeSQL, PullPending, userID, authorID)); err != nil {

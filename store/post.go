@@ -41,25 +41,18 @@ const contentOwnerSQL = `SELECT author_id FROM content_ids WHERE content_id = ?`
 //
 // When the content id exists already it returns the stored post and
 // created=false, leaving the caller to judge whether the request repeats it.
-// Returns ECONFLICT if the id belongs to a deleted post or, with several
-// shards, to another author.
+// Returns ECONFLICT if the id belongs to a deleted post, a stream or, with
+// several shards, to another author.
 func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored feed.Post, created bool, err error) {
 	ctx = s.pin(ctx)
 	home := s.ShardOf(p.AuthorID)
-	var registry *Shard
-	if len(s.shards) > 1 {
-		registry = s.ShardOf(p.ContentID)
-	}
-	if registry != nil && registry != home {
-		if err := claimContentID(ctx, registry.pool(ctx), p, now); err != nil {
-			return stored, false, wrap("publish post", err)
-		}
+	claimHome, err := s.claimAway(ctx, home, p, now)
+	if err != nil {
+		return stored, false, wrap("publish post", err)
 	}
 	err = inTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
-		if registry == home {
-			if err := claimContentID(ctx, tx, p, now); err != nil {
-				return err
-			}
+		if err := claimHome(tx); err != nil {
+			return err
 		}
 		_, err := tx.ExecContext(ctx, insertPostSQL, p.AuthorID, p.PublishTime, p.ContentID, p.Kind, now)
 		if mysqlErrno(err) == errDupEntry {
@@ -75,7 +68,11 @@ func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored
 		} else if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, insertDeliverySQL, p.ContentID, p.AuthorID, p.PublishTime, p.Kind, now); err != nil {
+		_, err = tx.ExecContext(ctx, insertDeliverySQL, p.ContentID, p.AuthorID, p.PublishTime, p.Kind, now)
+		if mysqlErrno(err) == errDupEntry {
+			// A stream's delivery holds the id (streams share the space).
+			return feed.Errorf(feed.ECONFLICT, "content_id %d names a stream", p.ContentID)
+		} else if err != nil {
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, insertOwnInboxSQL, p.AuthorID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind); err != nil {
@@ -88,6 +85,27 @@ func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored
 		return nil
 	})
 	return stored, created, wrap("publish post", err)
+}
+
+// claimAway claims p's content id, with several shards, on the id's own
+// shard when that is not home; claimHome claims it in home's transaction
+// when it is, and does nothing otherwise.
+func (s *Store) claimAway(ctx context.Context, home *Shard, p feed.Post, now int64) (claimHome func(tx *sqlx.Tx) error, err error) {
+	var registry *Shard
+	if len(s.shards) > 1 {
+		registry = s.ShardOf(p.ContentID)
+	}
+	if registry != nil && registry != home {
+		if err := claimContentID(ctx, registry.pool(ctx), p, now); err != nil {
+			return nil, err
+		}
+	}
+	return func(tx *sqlx.Tx) error {
+		if registry != home {
+			return nil
+		}
+		return claimContentID(ctx, tx, p, now)
+	}, nil
 }
 
 // claimContentID records that p's author owns its content id; claiming an
@@ -152,23 +170,30 @@ func (s *Store) DeletePost(ctx context.Context, authorID, contentID uint64) erro
 				return err
 			}
 		}
-		var tasks []int
-		if err := tx.SelectContext(ctx, &tasks, lockTasksSQL, contentID); err != nil {
-			return err
-		}
-		var state int
-		if err := tx.GetContext(ctx, &state, lockDeliverySQL, contentID); err != nil {
-			return err
-		}
-		if len(tasks) > 0 {
-			if _, err := tx.ExecContext(ctx, dropTasksSQL, contentID); err != nil {
-				return err
-			}
-		}
-		_, err = tx.ExecContext(ctx, replanRetractSQL, contentID)
-		return err
+		return retractDelivery(ctx, tx, contentID)
 	})
 	return wrap("delete post", err)
+}
+
+// retractDelivery drops a deleted item's fan-out tasks and sends its
+// delivery back to planning as a retraction, taking the task rows' locks
+// before the delivery row's, the order batches take them in.
+func retractDelivery(ctx context.Context, tx *sqlx.Tx, contentID uint64) error {
+	var tasks []int
+	if err := tx.SelectContext(ctx, &tasks, lockTasksSQL, contentID); err != nil {
+		return err
+	}
+	var state int
+	if err := tx.GetContext(ctx, &state, lockDeliverySQL, contentID); err != nil {
+		return err
+	}
+	if len(tasks) > 0 {
+		if _, err := tx.ExecContext(ctx, dropTasksSQL, contentID); err != nil {
+			return err
+		}
+	}
+	_, err := tx.ExecContext(ctx, replanRetractSQL, contentID)
+	return err
 }
 
 // GetPost returns a live post of the author.

@@ -48,7 +48,7 @@ type PushResult struct {
 	// Pushed are the deliveries done: every listed follower has the post.
 	Pushed []DeliveryJob
 	// Plan are the deliveries to plan one at a time (PlanDelivery):
-	// retractions, pull authors' posts, audiences bigger than a batch,
+	// retractions, replays, pull authors' posts, audiences bigger than a batch,
 	// posts with followers on a database that is skipped or failed, and
 	// posts whose author a reshard moved to another database. They keep
 	// their claim.
@@ -190,7 +190,7 @@ func lockDeliveries(ctx context.Context, tx *sqlx.Tx, jobs []DeliveryJob) ([]*pe
 
 // smallAudiences splits posts into those of push authors with at most size
 // listed followers, which it gives their followers, and the rest, to plan
-// into tasks.
+// into tasks. Replays take the task path, whose writes reach replays lists.
 func (s *Store) smallAudiences(ctx context.Context, tx *sqlx.Tx, posts []*pendingPost, size int) (small []*pendingPost, plan []DeliveryJob, err error) {
 	var authors []uint64
 	for _, p := range posts {
@@ -224,7 +224,7 @@ func (s *Store) smallAudiences(ctx context.Context, tx *sqlx.Tx, posts []*pendin
 	}
 	for _, p := range posts {
 		list := followers[p.AuthorID]
-		if p.Retract || pullAuthors[p.AuthorID] || len(list) > size {
+		if p.Retract || p.Kind == ReplayKind || pullAuthors[p.AuthorID] || len(list) > size {
 			plan = append(plan, p.DeliveryJob)
 			continue
 		}

@@ -8,7 +8,7 @@ import (
 
 // A deleted post leaves a tombstone: its posts row marked deleted, its
 // delivery row (the retraction) and, with several databases, its
-// content_ids row. They keep a repeated DELETE answering 204, the id taken
+// content_ids row; a deleted stream likewise its streams row. They keep a repeated DELETE answering 204, the id taken
 // and a backfill racing the delete able to tell. Once the retraction has
 // finished and a grace period has passed, nothing needs them:
 // PurgeTombstones deletes them, so deletes leave nothing that grows.
@@ -24,6 +24,9 @@ WHERE state = 2 AND claimed_until BETWEEN 1 AND ? AND retract = 1 LIMIT ?`
 const (
 	purgeContentIDsSQL = `DELETE FROM content_ids WHERE content_id IN (?)`
 	purgePostsSQL      = `DELETE FROM posts WHERE content_id IN (?) AND deleted = 1`
+	// purgeStreamsSQL matches only the listed pairs: a stream id names
+	// one stream, of one host.
+	purgeStreamsSQL    = `DELETE FROM streams WHERE host_id IN (?) AND stream_id IN (?) AND deleted = 1`
 	purgeDeliveriesSQL = `DELETE FROM deliveries WHERE content_id IN (?) AND state = 2 AND retract = 1`
 )
 
@@ -43,10 +46,12 @@ func (s *Store) PurgeTombstones(ctx context.Context, sh *Shard, before int64, li
 		return 0, wrap("tombstones", err)
 	}
 	byRegistry := map[*Shard][]uint64{}
+	var hosts []uint64
 	for _, r := range rows {
 		if s.ShardOf(r.AuthorID) != sh {
 			continue
 		}
+		hosts = append(hosts, r.AuthorID)
 		registry := sh
 		if len(s.shards) > 1 {
 			registry = s.ShardOf(r.ContentID)
@@ -75,7 +80,7 @@ func (s *Store) PurgeTombstones(ctx context.Context, sh *Shard, before int64, li
 				return err
 			}
 		}
-		return nil
+		return execIn(ctx, tx, purgeStreamsSQL, hosts, ids)
 	})
 	if err != nil {
 		return 0, wrap("purge tombstones", err)
@@ -83,9 +88,13 @@ func (s *Store) PurgeTombstones(ctx context.Context, sh *Shard, before int64, li
 	return len(ids), failed
 }
 
-// execIn runs q with its IN list expanded to ids.
-func execIn(ctx context.Context, ex sqlx.ExecerContext, q string, ids []uint64) error {
-	q, args, err := sqlx.In(q, ids)
+// execIn runs q with its IN lists expanded, one list of ids each.
+func execIn(ctx context.Context, ex sqlx.ExecerContext, q string, lists ...[]uint64) error {
+	args := make([]any, len(lists))
+	for i, l := range lists {
+		args[i] = l
+	}
+	q, args, err := sqlx.In(q, args...)
 	if err != nil {
 		return err
 	}

@@ -64,6 +64,9 @@ type options struct {
 	StreamIdle  time.Duration // the window their idle cost is measured over
 	StreamPosts int           // posts timed to their events
 
+	// Phase L.
+	LiveViewers int // viewers per followee count
+
 	// Phase R.
 	ReshardUsers     int // users of the source database
 	ReshardInboxRows int // inbox rows per user there
@@ -76,7 +79,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		Out:              "docs/BENCHMARKS.md",
-		Phases:           "ABCDMPRS",
+		Phases:           "ABCDLMPRS",
 		Seed:             1,
 		Users:            10000,
 		InboxRows:        300,
@@ -106,6 +109,7 @@ func defaultOptions() options {
 		Streams:          2000,
 		StreamIdle:       10 * time.Second,
 		StreamPosts:      200,
+		LiveViewers:      200,
 	}
 }
 
@@ -133,6 +137,7 @@ var quickSizes = map[string]string{
 	"streams":            "20",
 	"stream-idle":        "500ms",
 	"stream-posts":       "3",
+	"live-viewers":       "10",
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -143,7 +148,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.Out, "out", o.Out, "report file to write")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the benchmark database instead of dropping it")
 	fs.BoolVar(&o.Quick, "quick", false, "tiny sizes: a smoke run of a few seconds")
-	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk), M (many small posts), P (deep pages), R (reshard), S (streams)")
+	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk), L (live streams), M (many small posts), P (deep pages), R (reshard), S (streams)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the data generator")
 	fs.IntVar(&o.Users, "users", o.Users, "users with a loaded inbox")
 	fs.IntVar(&o.InboxRows, "inbox-rows", o.InboxRows, "inbox rows loaded per user")
@@ -173,6 +178,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Streams, "streams", o.Streams, "S: feed streams open at once")
 	fs.DurationVar(&o.StreamIdle, "stream-idle", o.StreamIdle, "S: how long the open streams' idle cost is measured")
 	fs.IntVar(&o.StreamPosts, "stream-posts", o.StreamPosts, "S: posts timed from publish to their stream event")
+	fs.IntVar(&o.LiveViewers, "live-viewers", o.LiveViewers, "L: viewers following each of 5, 10 and 100 hosts")
 	o.deepOptions.flags(fs)
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
@@ -223,8 +229,10 @@ func (o options) validate() error {
 		return fmt.Errorf("-duration must be > 0 and -warmup >= 0")
 	case o.ReshardUsers < 1 || o.ReshardInboxRows < 1:
 		return fmt.Errorf("-reshard-users and -reshard-inbox-rows must be >= 1")
-	case strings.Trim(o.Phases, "ABCDMPRS") != "":
-		return fmt.Errorf("-phases takes letters of ABCDMPRS, got %q", o.Phases)
+	case strings.Trim(o.Phases, "ABCDLMPRS") != "":
+		return fmt.Errorf("-phases takes letters of ABCDLMPRS, got %q", o.Phases)
+	case o.LiveViewers < 1:
+		return fmt.Errorf("-live-viewers must be >= 1")
 	case o.Streams < 1 || o.Streams > o.Users || o.StreamPosts < 1 || o.StreamIdle <= 0:
 		return fmt.Errorf("-streams must be in 1..-users (%d), -stream-posts >= 1 and -stream-idle > 0", o.Users)
 	}

@@ -184,6 +184,7 @@ type report struct {
 	Reshard    *reshardResult
 	Streams    *streamResult
 	Deep       *deepResult
+	Live       *liveResult
 }
 
 func newReport(opt options, args []string, addr, database string) *report {
@@ -262,6 +263,7 @@ func (r *report) render(w *bytes.Buffer) {
 	r.renderReads(p)
 	r.renderDeep(p)
 	r.renderStreams(p)
+	r.renderLive(p)
 	r.renderFootprint(p)
 	r.renderReshard(p)
 }

@@ -146,7 +146,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 // phases loads the data and runs the phases asked for, in an order that
 // gives each the table it needs: D on the freshly loaded inbox, C before
 // fan-out trims any inbox, P (on readers of its own) while the server is
-// at rest, S on the loaded users' own feeds, A on full inboxes, B and M
+// at rest, S on the loaded users' own feeds, L on hosts and viewers of its
+// own, A on full inboxes, B and M
 // after them. R, on databases
 // of its own, goes last; run alone it needs no loaded inboxes.
 func (b *bench) phases(ctx context.Context) error {
@@ -175,6 +176,11 @@ func (b *bench) phases(ctx context.Context) error {
 	}
 	if b.opt.runs('S') {
 		if err := b.streamsPhase(ctx); err != nil {
+			return err
+		}
+	}
+	if b.opt.runs('L') {
+		if err := b.livePhase(ctx); err != nil {
 			return err
 		}
 	}

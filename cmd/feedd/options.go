@@ -93,6 +93,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.TombstoneTTL, "tombstone-ttl", s.TombstoneTTL, "how long a deleted post's rows stay after its removal from feeds finished (at least 1m)")
 	fs.BoolVar(&s.PartialReads, "partial-reads", s.PartialReads, "serve a feed page without the followed authors whose database does not answer, naming them (false: 503)")
 	fs.DurationVar(&s.SourceTimeout, "source-timeout", s.SourceTimeout, "how long a feed page waits for one database's outboxes before it does without them")
+	fs.DurationVar(&s.LiveSessionTTL, "live-session-ttl", s.LiveSessionTTL, "how long a live-feed session serves later pages after its first")
 	fs.DurationVar(&s.ProbeInterval, "probe-interval", s.ProbeInterval, "how often each database is probed for readiness")
 	fs.DurationVar(&s.ProbeTimeout, "probe-timeout", s.ProbeTimeout, "a database whose probe read and write take longer is reported down")
 	fs.IntVar(&s.NodeID, "node-id", s.NodeID, "0..8191, unique per process, for server-assigned content ids; -1 random")

@@ -35,11 +35,15 @@ var Keyed = []KeyedTable{
 	{"followers", "author_id"},
 	{"authors", "author_id"},
 	{"hidden_from", "author_id"},
+	{"streams", "host_id"},
 	{"inbox", "user_id"},
 	{"following", "user_id"},
 	{"follow_events", "user_id"},
 	{"markers", "user_id"},
 	{"mutes", "user_id"},
+	{"replays", "user_id"},
+	{"replay_floors", "user_id"},
+	{"live_sessions", "user_id"},
 	{"content_ids", "content_id"},
 }
 
@@ -216,7 +220,7 @@ var claims = map[string]struct {
 }{
 	"fanout_tasks":  {"", nil, "1 = 1"},
 	"follow_events": {"", nil, "1 = 1"},
-	"deliveries":    {"state", func(v string) bool { return v != "2" }, "state < 2"},
+	"deliveries":    {"state", func(v string) bool { return v == "0" || v == "1" }, "state < 2"},
 	"authors":       {"mode", func(v string) bool { return v == "1" }, "mode = 1"},
 }
 

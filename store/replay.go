@@ -1,0 +1,310 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"math"
+
+	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed"
+)
+
+// A viewer's replays list is what fan-out pushed of the followed hosts'
+// replays: a replay's delivery (kind ReplayKind) runs through the posts'
+// planner, tasks and push policy, and its writes land here instead of the
+// inbox, with the same follow check (the edges of idx_following_author in
+// the batch's range, muted ones left out).
+
+// pushReplaySQL is pushSQL for a replay.
+const pushReplaySQL = `INSERT IGNORE INTO replays (user_id, ended_at, stream_id, host_id)
+SELECT f.user_id, ?, ?, ? FROM following f FORCE INDEX (idx_following_author)
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0`
+
+// pushActiveReplaySQL is pushActiveSQL for a replay: followers whose inbox
+// header says they read at or after a cutoff.
+const pushActiveReplaySQL = `INSERT IGNORE INTO replays (user_id, ended_at, stream_id, host_id)
+SELECT f.user_id, ?, ?, ? FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN inbox u
+ ON u.user_id = f.user_id AND u.publish_time = 9223372036854775807 AND u.content_id = 18446744073709551615
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 AND u.last_read_at >= ?`
+
+// retractReplaySQL is retractSQL for a replay.
+const retractReplaySQL = `DELETE r FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN replays r
+ ON r.user_id = f.user_id AND r.ended_at = ? AND r.stream_id = ?
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ?`
+
+// purgeHostReplaysSQL removes a host's replays from a viewer's list, as
+// purgeAuthorSQL does a followed author's posts from the inbox when the
+// edge goes or is muted: reads leave them out anyway, and the list keeps
+// no rows nothing reads.
+const purgeHostReplaysSQL = `DELETE FROM replays WHERE user_id = ? AND host_id = ?`
+
+// writeReplays is writeInboxes for a replay's task: its publish time is the
+// stream's ended_at, its content id the stream's id.
+func writeReplays(ctx context.Context, ex sqlx.ExecerContext, t *Task, through uint64, activeAfter int64) (sql.Result, error) {
+	switch {
+	case t.Retract:
+		return ex.ExecContext(ctx, retractReplaySQL, t.PublishTime, t.ContentID, t.AuthorID, t.LastUser, through)
+	case t.Mode == ModePushActive:
+		return ex.ExecContext(ctx, pushActiveReplaySQL, t.PublishTime, t.ContentID, t.AuthorID, t.AuthorID, t.LastUser, through, activeAfter)
+	default:
+		return ex.ExecContext(ctx, pushReplaySQL, t.PublishTime, t.ContentID, t.AuthorID, t.AuthorID, t.LastUser, through)
+	}
+}
+
+// noFloor is the floor of a replays list that is complete: below every key.
+var noFloor = feed.Key{PublishTime: math.MinInt64}
+
+const ensureReplayFloorSQL = `INSERT IGNORE INTO replay_floors (user_id, floor_time, floor_id) VALUES (?, ?, 0)`
+
+const lockReplayFloorSQL = `SELECT floor_time, floor_id FROM replay_floors WHERE user_id = ? FOR UPDATE`
+
+const setReplayFloorSQL = `UPDATE replay_floors SET floor_time = ?, floor_id = ? WHERE user_id = ?`
+
+// lockReplayFloor locks the viewer's floor row, creating it (complete) if
+// missing, and returns the floor: the lock trims and backfills of one
+// replays list take first.
+func lockReplayFloor(ctx context.Context, tx *sqlx.Tx, userID uint64) (feed.Key, error) {
+	if _, err := tx.ExecContext(ctx, ensureReplayFloorSQL, userID, noFloor.PublishTime); err != nil {
+		return feed.Key{}, err
+	}
+	var f struct {
+		Time int64  `db:"floor_time"`
+		ID   uint64 `db:"floor_id"`
+	}
+	err := sqlx.GetContext(ctx, tx, &f, lockReplayFloorSQL, userID)
+	return feed.Key{PublishTime: f.Time, ContentID: f.ID}, err
+}
+
+// replayCutSQL finds the entry ranked limit from the newest in a viewer's
+// replays list: the oldest to keep.
+const replayCutSQL = `SELECT ended_at, stream_id FROM replays WHERE user_id = ?
+ORDER BY ended_at DESC, stream_id DESC LIMIT 1 OFFSET ?`
+
+const cutReplaysSQL = `DELETE FROM replays WHERE user_id = ? AND (ended_at < ? OR (ended_at = ? AND stream_id < ?))`
+
+// trimReplays cuts the viewer's replays list, whose floor tx holds, to its
+// newest limit entries and raises the floor to the oldest kept, so reads
+// know the list is complete only from there.
+func trimReplays(ctx context.Context, tx *sqlx.Tx, userID uint64, floor feed.Key, limit int) (int64, error) {
+	var cut struct {
+		EndedAt  int64  `db:"ended_at"`
+		StreamID uint64 `db:"stream_id"`
+	}
+	err := sqlx.GetContext(ctx, tx, &cut, replayCutSQL, userID, limit-1)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	k := feed.Key{PublishTime: cut.EndedAt, ContentID: cut.StreamID}
+	n, err := tx.ExecContext(ctx, cutReplaysSQL, userID, k.PublishTime, k.PublishTime, k.ContentID)
+	if err != nil {
+		return 0, err
+	}
+	if floor.Less(k) {
+		if _, err := tx.ExecContext(ctx, setReplayFloorSQL, k.PublishTime, k.ContentID, userID); err != nil {
+			return 0, err
+		}
+	}
+	return n.RowsAffected()
+}
+
+// TrimReplays cuts each viewer's replays list to its newest limit entries,
+// one transaction per viewer under the floor's lock, and returns the rows
+// deleted. Fan-out samples the lists it pushes to, as it does inboxes.
+func (s *Store) TrimReplays(ctx context.Context, users []uint64, limit int) (int64, error) {
+	ctx = s.pin(ctx)
+	var total int64
+	for _, u := range users {
+		err := inTx(ctx, s.ShardOf(u).pool(ctx), func(tx *sqlx.Tx) error {
+			floor, err := lockReplayFloor(ctx, tx, u)
+			if err != nil {
+				return err
+			}
+			n, err := trimReplays(ctx, tx, u, floor, limit)
+			total += n
+			return err
+		})
+		if err != nil {
+			return total, wrap("trim replays", err)
+		}
+	}
+	return total, nil
+}
+
+const insertReplaysHead = `INSERT IGNORE INTO replays (user_id, ended_at, stream_id, host_id)`
+
+const hostReplayRowsSQL = `SELECT stream_id, host_id FROM replays WHERE user_id = ? AND host_id = ?`
+
+const deleteReplaySQL = `DELETE FROM replays WHERE user_id = ? AND stream_id = ? AND host_id = ?`
+
+// BackfillReplays copies the host's newest replays (at most limit) into
+// the viewer's replays list, under the floor's lock and the following
+// row's (so an unfollow or a mute cannot slip between the check and the
+// copy; nothing is copied for an edge that is gone or muted), raising the
+// floor to the oldest copied when the host had limit replays or more, and
+// trims the list back to limit. It then drops every replay of the host
+// that the list holds and the host has deleted: a retraction sweeps only
+// live edges, so one that ran while the viewer did not follow the host left
+// its replay behind. Run it while the edge is still pending backfill (reads
+// merge the host's own list meanwhile), before the posts' Backfill clears
+// the bit.
+func (s *Store) BackfillReplays(ctx context.Context, userID, hostID uint64, limit int) (copied int64, err error) {
+	ctx = s.pin(ctx)
+	reps, err := s.HostReplays(ctx, []PullSource{{AuthorID: hostID, Before: Top}}, limit, 0)
+	if err != nil {
+		return 0, err
+	}
+	db := s.ShardOf(userID).pool(ctx)
+	if len(reps) > 0 {
+		copied, err = copyReplays(ctx, db, userID, hostID, reps, limit)
+	}
+	if err != nil {
+		return copied, wrap("backfill replays", err)
+	}
+	var rows []struct {
+		StreamID uint64 `db:"stream_id"`
+		HostID   uint64 `db:"host_id"`
+	}
+	if err := sqlx.SelectContext(ctx, db, &rows, hostReplayRowsSQL, userID, hostID); err != nil || len(rows) == 0 {
+		return copied, wrap("backfill replays", err)
+	}
+	held := make([]feed.Stream, len(rows))
+	for i, r := range rows {
+		held[i] = feed.Stream{StreamID: r.StreamID, HostID: r.HostID}
+	}
+	live, err := s.LiveStreams(ctx, held)
+	if err != nil {
+		return copied, err
+	}
+	for _, r := range held {
+		if _, ok := live[r.StreamID]; ok {
+			continue
+		}
+		if _, err := db.ExecContext(ctx, deleteReplaySQL, userID, r.StreamID, hostID); err != nil {
+			return copied, wrap("backfill replays", err)
+		}
+	}
+	return copied, nil
+}
+
+// copyReplays is BackfillReplays' transaction on the viewer's database.
+func copyReplays(ctx context.Context, db *sqlx.DB, userID, hostID uint64, reps []feed.Stream, limit int) (copied int64, err error) {
+	err = inTx(ctx, db, func(tx *sqlx.Tx) error {
+		copied = 0
+		floor, err := lockReplayFloor(ctx, tx, userID)
+		if err != nil {
+			return err
+		}
+		var muted bool
+		err = tx.GetContext(ctx, &muted, lockFollowingSQL, userID, hostID)
+		if errors.Is(err, sql.ErrNoRows) || (err == nil && muted) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if len(reps) >= limit {
+			if k := ReplayKey(reps[len(reps)-1]); floor.Less(k) {
+				if _, err := tx.ExecContext(ctx, setReplayFloorSQL, k.PublishTime, k.ContentID, userID); err != nil {
+					return err
+				}
+				floor = k
+			}
+		}
+		if copied, err = InsertRows(ctx, tx, insertReplaysHead, 4, "", len(reps), func(i int) []any {
+			r := reps[i]
+			return []any{userID, *r.EndedAt, r.StreamID, r.HostID}
+		}); err != nil {
+			return err
+		}
+		_, err = trimReplays(ctx, tx, userID, floor, limit)
+		return err
+	})
+	return copied, err
+}
+
+// ReplayKey is a replay's position in a replays list and in the replay
+// part of a live feed.
+func ReplayKey(st feed.Stream) feed.Key {
+	return feed.Key{PublishTime: *st.EndedAt, ContentID: st.StreamID}
+}
+
+// replaysPageSQL reads a viewer's replays list below a key and, in the same
+// statement (one snapshot), the list's floor, marked by host_id 0.
+const replaysPageSQL = `(SELECT ended_at, stream_id, host_id FROM replays
+WHERE user_id = ? AND (ended_at < ? OR (ended_at = ? AND stream_id < ?))
+ORDER BY ended_at DESC, stream_id DESC LIMIT ?)
+UNION ALL (SELECT floor_time, floor_id, 0 FROM replay_floors WHERE user_id = ?)`
+
+// ReplaysPage is a read of a viewer's replays list.
+type ReplaysPage struct {
+	Items []feed.Stream // newest first, state replay
+	// Floor is the key at and above which the list holds every replay
+	// pushed to it; below it the hosts' own lists must be read. Nil: the
+	// list is complete.
+	Floor *feed.Key
+}
+
+// ReadReplays returns up to limit entries of the viewer's replays list
+// below before, with the list's floor, read in one statement.
+func (s *Store) ReadReplays(ctx context.Context, userID uint64, before feed.Key, limit int) (ReplaysPage, error) {
+	rows, err := s.ShardOf(userID).pool(ctx).QueryContext(ctx, replaysPageSQL,
+		userID, before.PublishTime, before.PublishTime, before.ContentID, limit, userID)
+	if err != nil {
+		return ReplaysPage{}, wrap("read replays", err)
+	}
+	defer rows.Close()
+	var page ReplaysPage
+	for rows.Next() {
+		var (
+			ended        int64
+			stream, host uint64
+		)
+		if err := rows.Scan(&ended, &stream, &host); err != nil {
+			return ReplaysPage{}, wrap("read replays", err)
+		}
+		if host == 0 {
+			if ended > noFloor.PublishTime {
+				page.Floor = &feed.Key{PublishTime: ended, ContentID: stream}
+			}
+			continue
+		}
+		page.Items = append(page.Items, feed.Stream{StreamID: stream, HostID: host, State: feed.StreamReplay, EndedAt: &ended})
+	}
+	return page, wrap("read replays", rows.Err())
+}
+
+// HostEdge is a host a viewer follows, with the edge's pull bits.
+type HostEdge struct {
+	HostID uint64 `db:"author_id"`
+	Pull   int    `db:"pull"`
+}
+
+const followedHostsSQL = `SELECT author_id, pull FROM following WHERE user_id = ? AND muted = 0`
+
+// FollowedHosts returns the authors the viewer follows and does not filter
+// out (mute or hide), with their pull bits.
+func (s *Store) FollowedHosts(ctx context.Context, userID uint64) ([]HostEdge, error) {
+	var out []HostEdge
+	err := sqlx.SelectContext(ctx, s.ShardOf(userID).pool(ctx), &out, followedHostsSQL, userID)
+	return out, wrap("followed hosts", err)
+}
+
+const activitySQL = `SELECT last_read_at, active_since FROM inbox WHERE user_id = ? AND ` + headerKeySQL
+
+// Activity returns the user's last feed read and the start of its active
+// spell from the inbox header (zeros for a user with none), which decide
+// which of a pull author's items fan-out pushed to the user.
+func (s *Store) Activity(ctx context.Context, userID uint64) (lastReadAt, activeSince int64, err error) {
+	var h struct {
+		LastReadAt  sql.NullInt64 `db:"last_read_at"`
+		ActiveSince sql.NullInt64 `db:"active_since"`
+	}
+	err = sqlx.GetContext(ctx, s.ShardOf(userID).pool(ctx), &h, activitySQL, userID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, nil
+	}
+	return h.LastReadAt.Int64, h.ActiveSince.Int64, wrap("activity", err)
+}
