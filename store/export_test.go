@@ -61,3 +61,7 @@ func WriteEpoch(ctx context.Context, sh *Shard) (int64, error) {
 	err := inTx(ctx, sh.DB, func(tx *sqlx.Tx) error { return tx.GetContext(ctx, &e, "SELECT @feed_epoch") })
 	return e, err
 }
+
+// ObserveStatements makes f see every statement the store's connections
+// send from now on; call it before any store opens.
+func ObserveStatements(f func(query string)) { statementHook = f }
