@@ -37,8 +37,8 @@ func (r *refusals) handler() slog.Handler { return refusalHandler{r} }
 type refusalHandler struct{ r *refusals }
 
 func (h refusalHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelError }
-func (h refusalHandler) WithAttrs([]slog.Attr) slog.Handler          { return h }
-func (h refusalHandler) WithGroup(string) slog.Handler               { return h }
+func (h refusalHandler) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h refusalHandler) WithGroup(string) slog.Handler                { return h }
 
 func (h refusalHandler) Handle(_ context.Context, rec slog.Record) error {
 	rec.Attrs(func(a slog.Attr) bool {

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 
 	"github.com/pingcap/tidb/pkg/config"
 	"github.com/pingcap/tidb/pkg/domain"
@@ -33,6 +35,8 @@ func startTiDB() (*tidb, error) {
 	cfg.Status.StatusHost = "127.0.0.1"
 	cfg.Status.StatusPort = 0
 	cfg.Log.Level = "error"
+	// TiDB writes its slow query log to the working directory otherwise.
+	cfg.Log.SlowQueryFile = filepath.Join(os.TempDir(), "tidbtest-slow.log")
 	config.StoreGlobalConfig(cfg)
 	if err := logutil.InitLogger(cfg.Log.ToLogConfig()); err != nil {
 		return nil, fmt.Errorf("tidb logger: %w", err)
