@@ -251,16 +251,13 @@ WHERE content_id = ? AND seq = ? AND done = 0 AND claimed_until < ?`
 
 const followersPageSQL = `SELECT user_id FROM followers WHERE author_id = ? AND user_id > ? AND user_id <= ? ORDER BY user_id LIMIT ?`
 
-// batchFollowersSQL is followersPageSQL as a locking read, the one read of a
-// batch that would otherwise be a consistent one. Locking, it opens no
-// snapshot, so the batch's transaction never has one: the delivery row it
-// updates last is read as committed, where a snapshot from before a sibling
-// task finished would make MariaDB with innodb_snapshot_isolation refuse the
-// update (error 1020) and rerun the batch. It takes exclusive row locks (FOR
-// UPDATE), which every engine has; TiDB has no shared ones. The tasks of one
-// delivery list disjoint ranges, so only deliveries of the same author wait
-// for each other here, in user order.
-const batchFollowersSQL = followersPageSQL + " FOR UPDATE"
+// batchFollowersSQL is a batch's followers page: a plain read, which in the
+// batch's READ COMMITTED transaction reads the latest committed rows and
+// keeps no snapshot, so the delivery row the batch updates last is not
+// checked against one (MariaDB's innodb_snapshot_isolation, error 1020).
+// It locks nothing: the tasks of other targets over the same range read the
+// same page, and one whose target stalls must not hold them back.
+const batchFollowersSQL = followersPageSQL
 
 // A batch covers a range of user ids, (after, through]: from the task's
 // progress mark to the last follower it lists, or to the task's end when it

@@ -27,13 +27,9 @@ const (
 	AuthorPull      = 2
 )
 
-// isFollowingSQL and countFollowingSQL decide a follow under the user's
-// header lock, so they are locking reads: they see the edges of follows
-// that held the lock before, on engines whose snapshot dates from the
-// transaction's start (TiDB) as on those that take it at the first read.
-const isFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ? AND author_id = ? FOR UPDATE`
+const isFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ? AND author_id = ?`
 
-const countFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ? FOR UPDATE`
+const countFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ?`
 
 const insertFollowingSQL = `INSERT INTO following (user_id, author_id, followed_at, pull, muted) VALUES (?, ?, ?, ?, ?)`
 
