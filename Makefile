@@ -99,6 +99,12 @@ test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB
 	@$(WITH_TEST_DB) \
 	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./...
 
+.PHONY: test-tidb
+test-tidb: ## store, service, httpapi and crash tests on an in-process TiDB (tidbtest/; cold build ~7 min, ~2 GB cache)
+	cd tidbtest && $(GO) build -o ../bin/tidbtest .
+	bin/tidbtest -- $(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./store ./service ./httpapi
+	bin/tidbtest -- $(GO) test -count=1 -timeout 30m -run 'TestCrash' $(TESTFLAGS) ./cmd/feedd
+
 .PHONY: bench
 bench: ## Run cmd/feedbench (writes docs/BENCHMARKS.md)
 	@$(WITH_TEST_DB) \

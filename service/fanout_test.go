@@ -684,6 +684,7 @@ func TestDeleteDuringFanout(t *testing.T) {
 			t.Logf("deleting with the delivery at %+v", d)
 			break
 		}
+		h.failIfRefused(t)
 		if time.Now().After(deadline) {
 			t.Fatalf("delivery %+v after 60s", d)
 		}

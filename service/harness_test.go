@@ -37,6 +37,9 @@ type harness struct {
 	// its own pools on the same databases with it.
 	shards *store.ShardMap
 	now    func() time.Time
+	// refused is the first worker step the server refused as a statement
+	// it cannot run: waits fail with it instead of timing out.
+	refused *refusals
 }
 
 type harnessOpts struct {
@@ -79,7 +82,8 @@ func newHarness(t testing.TB, opt harnessOpts) *harness {
 	if now == nil {
 		now = time.Now
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	refused := &refusals{}
+	log := slog.New(refused.handler())
 	reg := prometheus.NewRegistry()
 	svc, err := service.New(st, cfg, log, service.NewMetrics(reg), now)
 	if err != nil {
@@ -91,7 +95,7 @@ func newHarness(t testing.TB, opt harnessOpts) *harness {
 		go func() { defer close(done); svc.RunWorkers(ctx, time.Second) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	return &harness{svc: svc, store: st, cfg: cfg, reg: reg, shards: shards, now: now}
+	return &harness{svc: svc, store: st, cfg: cfg, reg: reg, shards: shards, now: now, refused: refused}
 }
 
 // waitIdle waits until no work is queued on any shard. The deadline only
@@ -108,10 +112,20 @@ func (h *harness) waitIdle(t testing.TB) {
 		if b.Idle() {
 			return
 		}
+		h.failIfRefused(t)
 		if time.Now().After(deadline) {
 			t.Fatalf("work still queued after 60s: %+v", b)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// failIfRefused ends the test at once when a worker step failed with a
+// statement the server refuses (refusedSQL): its work would never end.
+func (h *harness) failIfRefused(t testing.TB) {
+	t.Helper()
+	if err := h.refused.err(); err != nil {
+		t.Fatalf("a worker step failed with a statement the server refuses, so its work never ends: %v", err)
 	}
 }
 
@@ -184,7 +198,8 @@ func (h *harness) startProcess(t testing.TB) (*service.Service, *prometheus.Regi
 	t.Cleanup(func() { st.Close() })
 	cfg := h.cfg
 	cfg.NodeID = -1
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	refused := &refusals{}
+	log := slog.New(refused.handler())
 	reg := prometheus.NewRegistry()
 	svc, err := service.New(st, cfg, log, service.NewMetrics(reg), h.now)
 	if err != nil {

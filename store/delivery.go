@@ -230,9 +230,10 @@ var taskClaims = claimTable{
 
 func (j *Task) claimKey() []any { return []any{j.ContentID, j.Seq} }
 
-// nextTaskSQL claims a ready task by locking its row in the transaction of
-// its first batch: no other worker can start it meanwhile (they skip the
-// row), and a worker that dies mid-batch frees it with its connection. A
+// nextTaskSQL finds a ready task for the transaction of its first batch,
+// which claims it (claimTaskSQL) and so holds its row: no other worker can
+// start it meanwhile (they skip the row, or wait for it and find it leased),
+// and a worker that dies mid-batch frees it with its connection. A
 // task the batch does not finish leaves with a lease (claim_token,
 // claimed_until) for its next batches. skip targets are left out: those of
 // databases that are down or busy with as many batches as they may take.
@@ -244,16 +245,19 @@ func nextTaskSQL(skip int) string {
 	return q + " ORDER BY claimed_until LIMIT 1 FOR UPDATE SKIP LOCKED"
 }
 
+// claimTaskSQL claims the task nextTaskSQL found, if it is still ready.
+const claimTaskSQL = `UPDATE fanout_tasks SET claim_token = ?, claimed_until = ?
+WHERE content_id = ? AND seq = ? AND done = 0 AND claimed_until < ?`
+
 const followersPageSQL = `SELECT user_id FROM followers WHERE author_id = ? AND user_id > ? AND user_id <= ? ORDER BY user_id LIMIT ?`
 
-// batchFollowersSQL is followersPageSQL as a locking read, the one read of a
-// batch that would otherwise be a consistent one. Locking, it opens no
-// snapshot, so the batch's transaction never has one: the delivery row it
-// updates last is read as committed, where a snapshot from before a sibling
-// task finished would make MariaDB with innodb_snapshot_isolation refuse the
-// update (error 1020) and rerun the batch. It also holds a follow or unfollow
-// of the author inside the batch's range until the batch commits.
-const batchFollowersSQL = followersPageSQL + " LOCK IN SHARE MODE"
+// batchFollowersSQL is a batch's followers page: a plain read, which in the
+// batch's READ COMMITTED transaction reads the latest committed rows and
+// keeps no snapshot, so the delivery row the batch updates last is not
+// checked against one (MariaDB's innodb_snapshot_isolation, error 1020).
+// It locks nothing: the tasks of other targets over the same range read the
+// same page, and one whose target stalls must not hold them back.
+const batchFollowersSQL = followersPageSQL
 
 // A batch covers a range of user ids, (after, through]: from the task's
 // progress mark to the last follower it lists, or to the task's end when it
@@ -264,11 +268,13 @@ const batchFollowersSQL = followersPageSQL + " LOCK IN SHARE MODE"
 // followers list on the author's shard only cuts the ranges, counts them and
 // names their shards.
 //
-// Reading the edges is also the follow check. Under REPEATABLE READ the
-// statements take shared next-key locks on the entries they read, and an
-// unfollow, which deletes the edge and purges the author's posts in one
-// transaction, must lock the same entry to delete it: the two serialise, and
-// a post never lands after the purge.
+// Reading the edges is also the follow check, and the writes read them FOR
+// UPDATE. An unfollow, which deletes the edge and purges the author's posts
+// in one transaction, must lock the same edge row to delete it: the two
+// serialise on a row lock, and a post never lands after the purge. (A shared
+// lock would do on InnoDB; TiDB's INSERT ... SELECT reads without one.) An
+// edge inserted after the read is a follow the write does not see, and its
+// backfill copies the post.
 
 // pushSQL writes the post into the inboxes of the users who follow its
 // author in the batch's range. That includes a follow whose event has not
@@ -276,16 +282,18 @@ const batchFollowersSQL = followersPageSQL + " LOCK IN SHARE MODE"
 // INSERT IGNORE keeps one copy.
 const pushSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
 SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author)
-WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0`
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 FOR UPDATE`
 
 // pushActiveSQL is pushSQL restricted to users who read their feed at or
 // after a cutoff (as their header rows say): selective push for authors
 // above the push threshold. STRAIGHT_JOIN fixes the order, edges then
 // headers, so the locks are taken in that order whatever the statistics say.
+// The headers are locked too (FOR UPDATE covers every table read): a feed
+// read's activity mark waits for the batch, as it would for a shared lock.
 const pushActiveSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
 SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN inbox u
  ON u.user_id = f.user_id AND u.publish_time = 9223372036854775807 AND u.content_id = 18446744073709551615
-WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 AND u.last_read_at >= ?`
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 AND u.last_read_at >= ? FOR UPDATE`
 
 // retractSQL removes the post from the inboxes of the users who follow its
 // author in the batch's range: every inbox that can hold it, since an
@@ -311,18 +319,19 @@ WHERE content_id = ? AND seq = ?`
 // batch that leaves siblings running needs this one statement (no match
 // means the task was the last). The delivery row is the last lock a batch
 // takes, so the tasks of one post run side by side and queue only for this
-// update and their commit.
+// update, their commit, and the first edge of the next task's range, which
+// InnoDB locks as the end of a range scan even under READ COMMITTED.
 const taskFinishedSQL = `UPDATE deliveries SET tasks_left = tasks_left - 1 WHERE content_id = ? AND tasks_left > 1`
 
 // completeDeliverySQL counts the last task off and completes the delivery;
 // a retraction records when it finished in claimed_until, where the
 // tombstones' sweep finds it (PurgeTombstones). Every other task counted
-// itself off before, under the delivery row's lock and committed. The
-// subquery of an UPDATE is a locking read under
-// REPEATABLE READ (shared locks, latest committed rows, not the snapshot),
-// so the sum sees their final counts.
+// itself off before, under the delivery row's lock and committed. The sum
+// is a locking read (FOR UPDATE in the subquery): latest committed rows,
+// not the snapshot, on every engine, so it sees their final counts; the
+// batch deletes those rows next anyway.
 const completeDeliverySQL = `UPDATE deliveries SET tasks_left = 0, state = 2, claimed_until = IF(retract = 1, ?, 0),
- delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?)
+ delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ? FOR UPDATE)
 WHERE content_id = ? AND tasks_left = 1`
 
 const dropTasksSQL = `DELETE FROM fanout_tasks WHERE content_id = ?`
@@ -372,7 +381,7 @@ func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uin
 	ctx = s.pin(ctx)
 	var t *Task
 	var res BatchResult
-	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
+	err := inBatchTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
 		var ready []Task
 		t, res = nil, BatchResult{}
 		args := []any{now}
@@ -384,6 +393,12 @@ func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uin
 		}
 		if s.ShardOf(ready[0].AuthorID) != sh {
 			return nil // a copy left by a reshard's cut-over, about to move (claim)
+		}
+		// The guarded UPDATE is the claim, whatever SKIP LOCKED did (TiDB
+		// ignores it and locks nothing): its row lock holds the task for
+		// the batch, and a worker that waited for it finds it leased.
+		if claimed, err := affected(tx.ExecContext(ctx, claimTaskSQL, token, opt.LeaseUntil, ready[0].ContentID, ready[0].Seq, now)); err != nil || !claimed {
+			return err
 		}
 		t = &ready[0]
 		t.Token = token
@@ -412,7 +427,7 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 	ctx = s.pin(ctx)
 	var res BatchResult
 	home := s.ShardOf(t.AuthorID)
-	err := inTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
+	err := inBatchTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
 		var seq int
 		err := tx.GetContext(ctx, &seq, lockClaimedTaskSQL, t.ContentID, t.Seq, t.Token, t.Retract)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -535,7 +550,7 @@ func (s *Store) onTarget(ctx context.Context, target *Shard, opt BatchOptions, f
 		defer cancel()
 	}
 	var n int64
-	err := inTx(ctx, target.pool(ctx), func(tx *sqlx.Tx) error {
+	err := inBatchTx(ctx, target.pool(ctx), func(tx *sqlx.Tx) error {
 		var err error
 		n, err = fn(ctx, tx)
 		return err

@@ -714,8 +714,10 @@ func TestRunTaskBatch(t *testing.T) {
 			t.Fatalf("claimed %d tasks, want 2", len(tasks))
 		}
 		slices.SortFunc(tasks, func(a, b store.Task) int { return a.Seq - b.Seq })
-		// Hold the delivery row so that both final batches begin (and take
-		// their read views) before either counts itself off.
+		// Hold the delivery row so that both final batches begin before
+		// either counts itself off. The second reaches it or waits at the
+		// first edge of its range, which the first batch's push locked as
+		// the end of its own range scan.
 		conn, err := sh.DB.Connx(t.Context())
 		must(t, err)
 		defer conn.Close()
@@ -728,7 +730,7 @@ func TestRunTaskBatch(t *testing.T) {
 				errs <- err
 			}()
 		}
-		waitBlocked(t, sh, "UPDATE deliveries SET tasks_left = tasks_left - 1", 2)
+		waitBlocked(t, sh, "UPDATE deliveries SET tasks_left = tasks_left - 1", 1)
 		mustExec(t, conn, "COMMIT")
 		must(t, errors.Join(<-errs, <-errs))
 		d, err := st.GetDelivery(t.Context(), 1, 42)
@@ -813,7 +815,7 @@ func TestRunTaskBatch(t *testing.T) {
 		}
 	})
 
-	// The push's shared locks are on idx_following_author entries, which an
+	// The push locks the edges it reads (FOR UPDATE), which an
 	// unfollow's edge delete must lock too: an unfollow under way (here by
 	// hand, in the store's order: the edge, then the purge) holds the push
 	// until it commits, and the push then finds the edge gone.

@@ -70,3 +70,7 @@ func NewestTime(times []int64, i int) int64 {
 	}
 	return newestTime(heads, i)
 }
+
+// ObserveStatements makes f see every statement the store's connections
+// send from now on; call it before any store opens.
+func ObserveStatements(f func(query string)) { statementHook = f }

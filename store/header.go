@@ -101,9 +101,12 @@ const feedPageSQL = `SELECT 0 AS src, publish_time AS t, content_id AS id, autho
 
 // feedPagePullSQL is feedPageSQL plus, in the same snapshot, the followed
 // authors that reads must pull (src 1: t = pull bits, a = author): for a
-// user whose header says there are some.
+// user whose header says there are some. Its empty kind is an ascii literal
+// like the column it stands beside: TiDB refuses to merge ascii with the
+// connection's utf8mb4 in a UNION (error 1271), where MySQL and MariaDB
+// coerce.
 const feedPagePullSQL = `(` + feedPageSQL + `)
-UNION ALL (SELECT 1, pull, 0, author_id, '', NULL, NULL, NULL, NULL, NULL, NULL
+UNION ALL (SELECT 1, pull, 0, author_id, _ascii'', NULL, NULL, NULL, NULL, NULL, NULL
  FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0 AND muted = 0)`
 
 // readFeedPage runs one of the two page statements and parses its rows;

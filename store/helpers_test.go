@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -41,7 +42,13 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	os.Exit(m.Run())
+	store.ObserveStatements(observe)
+	code := m.Run()
+	if report := checkRouting(); code == 0 && report != "" {
+		fmt.Fprint(os.Stderr, report)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 var tokens atomic.Uint64
@@ -143,7 +150,7 @@ func insertRows(t *testing.T, db sqlx.ExecerContext, head string, rows [][]any) 
 
 func mustExec(t *testing.T, db sqlx.ExecerContext, q string, args ...any) {
 	t.Helper()
-	if _, err := db.ExecContext(context.Background(), q, args...); err != nil {
+	if _, err := db.ExecContext(context.Background(), testSQL+q, args...); err != nil {
 		t.Fatalf("exec %q: %v", q, err)
 	}
 }
@@ -152,7 +159,7 @@ func mustExec(t *testing.T, db sqlx.ExecerContext, q string, args ...any) {
 func count(t *testing.T, sh *store.Shard, q string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := sh.DB.GetContext(t.Context(), &n, q, args...); err != nil {
+	if err := sh.DB.GetContext(t.Context(), &n, testSQL+q, args...); err != nil {
 		t.Fatalf("count %q: %v", q, err)
 	}
 	return n

@@ -130,6 +130,8 @@ func connectionID(ctx context.Context, c rawConn) (uint64, error) {
 	switch v := dest[0].(type) {
 	case int64:
 		return uint64(v), nil
+	case uint64: // TiDB's ids are unsigned 64-bit
+		return v, nil
 	case []byte:
 		return strconv.ParseUint(string(v), 10, 64)
 	}
@@ -201,7 +203,15 @@ func (c *killConn) watch(ctx context.Context) (stop func()) {
 	}
 }
 
+// statementHook, when a test sets it before any store opens, sees every
+// statement the store's connections send, with its placeholders: the
+// Vitess test checks from them that each filters on its sharding key.
+var statementHook func(query string)
+
 func (c *killConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	if statementHook != nil {
+		statementHook(query)
+	}
 	defer c.watch(ctx)()
 	if err := c.follow(ctx); err != nil {
 		return nil, err
@@ -215,11 +225,17 @@ func (c *killConn) ExecContext(ctx context.Context, query string, args []driver.
 // is where lock waits happen; once rows stream, the driver's own close of
 // the connection on cancel ends the statement.
 func (c *killConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if statementHook != nil {
+		statementHook(query)
+	}
 	defer c.watch(ctx)()
 	return c.raw.QueryContext(ctx, query, args)
 }
 
 func (c *killConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
+	if statementHook != nil {
+		statementHook(query)
+	}
 	st, err := c.raw.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err

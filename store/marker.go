@@ -29,6 +29,11 @@ ON DUPLICATE KEY UPDATE
 
 const getMarkerSQL = `SELECT publish_time, content_id, updated_at FROM markers WHERE user_id = ?`
 
+// lockMarkerSQL reads the marker an advance just upserted: a locking read
+// of the row the upsert holds, since an advance that changed nothing left
+// no write of its own to read, and TiDB's snapshot predates the upsert.
+const lockMarkerSQL = getMarkerSQL + ` FOR UPDATE`
+
 type markerRow struct {
 	T  int64  `db:"publish_time"`
 	ID uint64 `db:"content_id"`
@@ -46,7 +51,7 @@ func (s *Store) AdvanceMarker(ctx context.Context, userID uint64, k feed.Key, no
 			return err
 		}
 		var err error
-		m, _, err = getMarker(ctx, tx, userID)
+		m, _, err = getMarker(ctx, tx, lockMarkerSQL, userID)
 		return err
 	})
 	return m, wrap("advance marker", err)
@@ -54,13 +59,13 @@ func (s *Store) AdvanceMarker(ctx context.Context, userID uint64, k feed.Key, no
 
 // GetMarker returns the user's marker; ok is false when the user never set one.
 func (s *Store) GetMarker(ctx context.Context, userID uint64) (m Marker, ok bool, err error) {
-	m, ok, err = getMarker(ctx, s.ShardOf(userID).pool(ctx), userID)
+	m, ok, err = getMarker(ctx, s.ShardOf(userID).pool(ctx), getMarkerSQL, userID)
 	return m, ok, wrap("get marker", err)
 }
 
-func getMarker(ctx context.Context, q sqlx.QueryerContext, userID uint64) (Marker, bool, error) {
+func getMarker(ctx context.Context, q sqlx.QueryerContext, query string, userID uint64) (Marker, bool, error) {
 	var r markerRow
-	err := sqlx.GetContext(ctx, q, &r, getMarkerSQL, userID)
+	err := sqlx.GetContext(ctx, q, &r, query, userID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Marker{}, false, nil
 	} else if err != nil {

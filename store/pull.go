@@ -191,9 +191,10 @@ WHERE author_id IN (?) AND deleted = 0 AND ` + keysetOlder + ` AND publish_time 
 // pullWindowHeadsSQL is pullWindowSQL with, in the same statement and so
 // at no extra round trip, the heads of the same authors below the window
 // (pullHeadsSQL's, in rows with w = 0): what the next page of a scroll
-// starts from, kept for it when heads are cached.
+// starts from, kept for it when heads are cached. The empty kind is ascii
+// for the reason feedPagePullSQL's is.
 const pullWindowHeadsSQL = `(` + pullWindowSQL + `)
-UNION ALL (SELECT 0, 0, author_id, MAX(publish_time), '' FROM posts
+UNION ALL (SELECT 0, 0, author_id, MAX(publish_time), _ascii'' FROM posts
 WHERE author_id IN (?) AND publish_time >= ? AND publish_time <= ? GROUP BY author_id)`
 
 // pullWindows returns what PullPosts would for the sources read, each read

@@ -197,10 +197,25 @@ func affected(r sql.Result, err error) (bool, error) {
 // timeouts and snapshot conflicts a few times: InnoDB resolves them by
 // rolling one side back, and every write here is safe to replay.
 func inTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	return retryTx(ctx, db, nil, fn)
+}
+
+// batchTx is the isolation of fan-out batches. Every read in a batch locks
+// (FOR UPDATE), so no snapshot is needed; READ COMMITTED keeps InnoDB from
+// locking gaps and the entry past the end of a range, so the batches of
+// one post, over adjacent ranges, run side by side.
+var batchTx = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
+// inBatchTx is inTx for a fan-out batch's transactions (batchTx).
+func inBatchTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	return retryTx(ctx, db, batchTx, fn)
+}
+
+func retryTx(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
 	const attempts = 4
 	var err error
 	for i := range attempts {
-		if err = runTx(ctx, db, fn); err == nil || !Retryable(err) {
+		if err = runTx(ctx, db, opts, fn); err == nil || !Retryable(err) {
 			break
 		}
 		select {
@@ -212,8 +227,8 @@ func inTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 	return err
 }
 
-func runTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
-	tx, err := db.BeginTxx(ctx, nil)
+func runTx(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
+	tx, err := db.BeginTxx(ctx, opts)
 	if err != nil {
 		return classify(err)
 	}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/pingcap/tidb/pkg/config"
+	"github.com/pingcap/tidb/pkg/domain"
+	"github.com/pingcap/tidb/pkg/kv"
+	"github.com/pingcap/tidb/pkg/server"
+	"github.com/pingcap/tidb/pkg/session"
+	"github.com/pingcap/tidb/pkg/store/mockstore"
+	"github.com/pingcap/tidb/pkg/util/logutil"
+)
+
+// tidb is one in-process TiDB server over an in-memory unistore.
+type tidb struct {
+	store  kv.Storage
+	dom    *domain.Domain
+	server *server.Server
+	port   int
+}
+
+// startTiDB boots TiDB on a free port of 127.0.0.1 and returns once it
+// accepts connections.
+func startTiDB() (*tidb, error) {
+	cfg := config.NewConfig()
+	cfg.Host = "127.0.0.1"
+	cfg.Port = 0
+	cfg.Socket = ""
+	cfg.Security.AutoTLS = false
+	cfg.Status.ReportStatus = true
+	cfg.Status.StatusHost = "127.0.0.1"
+	cfg.Status.StatusPort = 0
+	cfg.Log.Level = "error"
+	// TiDB writes its slow query log to the working directory otherwise.
+	cfg.Log.SlowQueryFile = filepath.Join(os.TempDir(), "tidbtest-slow.log")
+	config.StoreGlobalConfig(cfg)
+	if err := logutil.InitLogger(cfg.Log.ToLogConfig()); err != nil {
+		return nil, fmt.Errorf("tidb logger: %w", err)
+	}
+	// Without RunInGoTest a status port of 0 means TiDB's fixed default
+	// port, and Run never signals that it is listening.
+	server.RunInGoTest = true
+	server.RunInGoTestChan = make(chan struct{})
+
+	t := &tidb{}
+	var err error
+	if t.store, err = mockstore.NewMockStore(); err != nil {
+		return nil, fmt.Errorf("unistore: %w", err)
+	}
+	if t.dom, err = session.BootstrapSession(t.store); err != nil {
+		t.store.Close()
+		return nil, fmt.Errorf("bootstrap: %w", err)
+	}
+	if t.server, err = server.NewServer(cfg, server.NewTiDBDriver(t.store)); err != nil {
+		t.dom.Close()
+		t.store.Close()
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	t.server.SetDomain(t.dom)
+	t.dom.InfoSyncer().SetSessionManager(t.server)
+	failed := make(chan error, 1)
+	go func() { failed <- t.server.Run(t.dom) }()
+	select {
+	case <-server.RunInGoTestChan:
+	case err := <-failed:
+		t.Close()
+		return nil, fmt.Errorf("server run: %w", err)
+	}
+	t.port = t.server.ListenAddr().(*net.TCPAddr).Port
+	return t, nil
+}
+
+// DSN is the go-sql-driver DSN of the server without a database name, the
+// form FEED_TEST_MYSQL_DSN takes.
+func (t *tidb) DSN() string { return fmt.Sprintf("root@tcp(127.0.0.1:%d)/", t.port) }
+
+// Close stops the server, the domain and the store.
+func (t *tidb) Close() {
+	if t.server != nil {
+		t.server.Close()
+	}
+	if t.dom != nil {
+		t.dom.Close()
+	}
+	if t.store != nil {
+		t.store.Close()
+	}
+}
