@@ -30,6 +30,10 @@ type Service struct {
 	targets *targetGate
 	// streams are the open feed streams and their watchers.
 	streams *streams
+	// activity samples fan-out for the console's charts; reshards holds
+	// the console's view of a reshard under way.
+	activity *activity
+	reshards *reshards
 }
 
 // New returns a Service. now is the clock (time.Now outside tests).
@@ -41,7 +45,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 		return nil, err
 	}
 	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup(),
-		targets: newTargetGate(cfg.Workers)}
+		targets: newTargetGate(cfg.Workers), activity: &activity{}, reshards: &reshards{}}
 	s.streams = newStreams(s)
 	m.watchPools(st)
 	if cfg.PullCacheTTL > 0 {
