@@ -173,12 +173,15 @@ func (s *Store) InboxHolds(ctx context.Context, userID uint64, keys []feed.Key) 
 	for _, k := range keys {
 		args = append(args, k.PublishTime, k.ContentID)
 	}
-	var found []feed.Key
+	var found []struct {
+		PublishTime int64  `db:"publish_time"`
+		ContentID   uint64 `db:"content_id"`
+	}
 	if err := sqlx.SelectContext(ctx, s.ShardOf(userID).pool(ctx), &found, q, args...); err != nil {
 		return nil, wrap("inbox holds", err)
 	}
 	for _, k := range found {
-		out[k] = true
+		out[feed.Key{PublishTime: k.PublishTime, ContentID: k.ContentID}] = true
 	}
 	return out, nil
 }
