@@ -363,7 +363,7 @@ type BatchResult struct {
 	// PublishedAt is, when the batch completed the task's delivery, the
 	// Unix ms of the post's publish; else 0.
 	PublishedAt int64
-	mark      uint64 // the progress mark after the batch
+	mark        uint64 // the progress mark after the batch
 }
 
 // RunNextTask claims a ready fan-out task of the shard and runs its first
