@@ -62,23 +62,7 @@ func (f *fixture) startWorkers(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
-// waitIdle waits until no work is queued; the deadline only bounds a
-// failing test.
-func (f *fixture) waitIdle(t *testing.T) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		b, err := f.st.Backlog(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b.Idle() {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("work still queued: %+v", b)
-		}
-	}
-}
+func (f *fixture) waitIdle(t *testing.T) { storetest.WaitIdle(t, f.st) }
 
 func (f *fixture) get(t *testing.T, path string, header ...string) (*http.Response, string) {
 	t.Helper()

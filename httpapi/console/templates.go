@@ -19,7 +19,7 @@ func parsePages() map[string]*template.Template {
 		"ago":      func(ms int64) string { return roundDuration(time.Since(time.UnixMilli(ms))) },
 		"since":    func(t time.Time) string { return roundDuration(time.Since(t)) },
 		"duration": roundDuration,
-		"bytes":    humanBytes,
+		"mib":      mebibytes,
 		"count":    humanCount,
 		"rate":     func(f float64) string { return humanCount(int64(f + 0.5)) },
 		"pct":      func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
@@ -66,18 +66,8 @@ func roundDuration(d time.Duration) string {
 	return d.Round(time.Minute).String()
 }
 
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
+// mebibytes writes a size in MiB, as table sizes are best read.
+func mebibytes(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 func humanCount(n int64) string {
 	switch {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"testing"
 	"time"
 
 	"github.com/feedhq/feed"
@@ -43,4 +44,22 @@ func StuckDelivery(ctx context.Context, st *store.Store, post feed.Post) error {
 		}
 	}
 	return nil
+}
+
+// WaitIdle waits until no work is queued on any database of st. The
+// deadline only bounds a failing test.
+func WaitIdle(t testing.TB, st *store.Store) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		b, err := st.Backlog(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Idle() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("storetest: work still queued after a minute: %+v", b)
+		}
+	}
 }
