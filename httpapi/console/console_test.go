@@ -35,7 +35,12 @@ type fixture struct {
 
 func setup(t *testing.T, token string) *fixture {
 	t.Helper()
-	st := storetest.NewStore(t, storetest.Options{})
+	return setupOn(t, token, storetest.NewStore(t, storetest.Options{}))
+}
+
+// setupOn is setup on a migrated store.
+func setupOn(t *testing.T, token string, st *store.Store) *fixture {
+	t.Helper()
 	cfg := service.DefaultConfig()
 	cfg.PollInterval = 20 * time.Millisecond
 	log := slog.New(slog.DiscardHandler)
