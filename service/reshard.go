@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/reshard"
 )
@@ -242,23 +243,27 @@ func (s *Service) closeReshard() {
 
 // AbortReshard starts undoing the reshard under way, as feedd reshard abort
 // does, in the background: it deletes the copies made so far, which takes
-// as long as they are big. Its outcome shows in Reshard's Abort. It does
-// nothing while an abort runs or when no reshard is under way. feedd
+// as long as they are big. Its outcome shows in Reshard's Abort. feedd
 // reshard apply must not be running.
-func (s *Service) AbortReshard(ctx context.Context) {
+//
+// Returns EINVALID when no reshard is under way or an abort runs already.
+func (s *Service) AbortReshard(ctx context.Context) error {
 	v := s.Reshard(ctx)
-	if !v.UnderWay || v.Err != nil {
-		return
+	if v.Err != nil {
+		return v.Err
+	}
+	if !v.UnderWay {
+		return feed.Errorf(feed.EINVALID, "no reshard is under way")
 	}
 	r, err := s.openReshard(ctx, v.Target)
 	if err != nil {
-		return
+		return err
 	}
 	rs := s.reshards
 	rs.mu.Lock()
 	if rs.abort.Running {
 		rs.mu.Unlock()
-		return
+		return feed.Errorf(feed.EINVALID, "an abort is running already")
 	}
 	rs.abort = AbortState{Running: true}
 	rs.mu.Unlock()
@@ -276,4 +281,5 @@ func (s *Service) AbortReshard(ctx context.Context) {
 		rs.abort = AbortState{Err: err, Ended: time.Now()}
 		rs.mu.Unlock()
 	}()
+	return nil
 }

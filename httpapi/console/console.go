@@ -8,6 +8,7 @@ package console
 
 import (
 	"embed"
+	"encoding/base64"
 	"html/template"
 	"io/fs"
 	"log/slog"
@@ -98,10 +99,12 @@ type page struct {
 // render writes the page, or with ?partial=live only its live region: what
 // the script fetches to update the page in place.
 func (c *console) render(ec echo.Context, status int, name string, data any) error {
-	p := page{Name: name, CSRF: csrfToken(ec), Login: c.auth.on(), Flash: ec.QueryParam("flash"), Data: data}
+	p := page{Name: name, CSRF: csrfToken(ec), Login: c.auth.on(), Data: data}
 	tmpl := "layout"
 	if ec.QueryParam("partial") == "live" {
 		tmpl = "live"
+	} else {
+		p.Flash = takeFlash(ec)
 	}
 	var b strings.Builder
 	if err := c.pages[name].ExecuteTemplate(&b, tmpl, p); err != nil {
@@ -147,4 +150,28 @@ func safeError(err error) string {
 // reload does not post it again.
 func redirect(ec echo.Context, path string) error {
 	return ec.Redirect(http.StatusSeeOther, path)
+}
+
+// flashCookie carries an action's outcome to the page it redirects to,
+// once. A cookie and not the URL: a link from elsewhere cannot make the
+// console show a message of its own.
+const flashCookie = "feed_console_flash"
+
+// redirectWith redirects to path, which shows msg once.
+func redirectWith(ec echo.Context, path, msg string) error {
+	ec.SetCookie(&http.Cookie{Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(msg)), Path: Prefix,
+		MaxAge: 60, HttpOnly: true, Secure: ec.Request().TLS != nil, SameSite: http.SameSiteStrictMode})
+	return redirect(ec, path)
+}
+
+// takeFlash returns the message an action left for this page and clears it.
+func takeFlash(ec echo.Context) string {
+	ck, err := ec.Cookie(flashCookie)
+	if err != nil {
+		return ""
+	}
+	ec.SetCookie(&http.Cookie{Name: flashCookie, Path: Prefix, MaxAge: -1, HttpOnly: true,
+		Secure: ec.Request().TLS != nil, SameSite: http.SameSiteStrictMode})
+	b, _ := base64.RawURLEncoding.DecodeString(ck.Value)
+	return string(b)
 }

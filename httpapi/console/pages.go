@@ -31,7 +31,7 @@ func (c *console) retryTask(ec echo.Context) error {
 	if err := c.svc.RetryTask(ec.Request().Context(), author, content, seq); err != nil {
 		msg = "retry: " + safeError(err)
 	}
-	return redirect(ec, Prefix+"/deliveries?flash="+urlQuery(msg))
+	return redirectWith(ec, Prefix+"/deliveries", msg)
 }
 
 func (c *console) reshard(ec echo.Context) error {
@@ -41,8 +41,11 @@ func (c *console) reshard(ec echo.Context) error {
 // abortReshard starts an abort in the background; the page shows its
 // outcome.
 func (c *console) abortReshard(ec echo.Context) error {
-	c.svc.AbortReshard(ec.Request().Context())
-	return redirect(ec, Prefix+"/reshard?flash="+urlQuery("abort requested"))
+	msg := "abort started"
+	if err := c.svc.AbortReshard(ec.Request().Context()); err != nil {
+		msg = "abort: " + safeError(err)
+	}
+	return redirectWith(ec, Prefix+"/reshard", msg)
 }
 
 // findUser answers the navigation's user form.

@@ -13,7 +13,6 @@
       if (el.contains(document.activeElement)) continue;
       const url = new URL(window.location.href);
       url.searchParams.set("partial", el.dataset.live);
-      url.searchParams.delete("flash");
       try {
         const r = await fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } });
         if (r.ok) el.innerHTML = await r.text();
