@@ -322,17 +322,44 @@ func (f *feedd) seed(ctx context.Context, t *testing.T) {
 		}
 	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		var d struct {
-			State string `json:"state"`
+		if f.delivery(t, followed[len(followed)-1], last).State == feed.DeliveryDone && f.followers(t, bigAuthor) == bigFollowers {
+			break
 		}
-		f.call(t, http.MethodGet, fmt.Sprintf("/v1/users/%d/posts/%d/delivery", followed[len(followed)-1], last), nil, &d)
-		if d.State == feed.DeliveryDone && f.followers(t, bigAuthor) == bigFollowers {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("seeding did not settle: %d followers", f.followers(t, bigAuthor))
+		}
+	}
+	// Past the push threshold the big author switches to pull mode; its
+	// posts from then on skip the reader, who has not read yet, and the
+	// reader's feed merges them from its outbox.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		post := f.publish(t, bigAuthor)
+		d := f.delivery(t, bigAuthor, post)
+		for ; d.State != feed.DeliveryDone; d = f.delivery(t, bigAuthor, post) {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				t.Fatalf("delivery of %d: %+v", post, d)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if d.Mode == feed.ModePushActive {
 			return
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("seeding did not settle: delivery %s, %d followers", d.State, f.followers(t, bigAuthor))
+			t.Fatal("the big author did not switch to pull mode")
 		}
 	}
+}
+
+type delivery struct {
+	State string `json:"state"`
+	Mode  string `json:"mode"`
+}
+
+func (f *feedd) delivery(t *testing.T, author, post uint64) delivery {
+	t.Helper()
+	var d delivery
+	f.call(t, http.MethodGet, fmt.Sprintf("/v1/users/%d/posts/%d/delivery", author, post), nil, &d)
+	return d
 }
 
 // followers counts the author's followers as the API lists them.
