@@ -19,7 +19,7 @@ func parsePages() map[string]*template.Template {
 		"ago":      func(ms int64) string { return roundDuration(time.Since(time.UnixMilli(ms))) },
 		"since":    func(t time.Time) string { return roundDuration(time.Since(t)) },
 		"duration": roundDuration,
-		"mib":      mebibytes,
+		"size":     tableSize,
 		"count":    humanCount,
 		"rate":     func(f float64) string { return humanCount(int64(f + 0.5)) },
 		"pct":      func(f float64) string { return fmt.Sprintf("%.0f%%", f*100) },
@@ -66,8 +66,13 @@ func roundDuration(d time.Duration) string {
 	return d.Round(time.Minute).String()
 }
 
-// mebibytes writes a size in MiB, as table sizes are best read.
-func mebibytes(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+// tableSize writes a table's size in KiB, or MiB past one.
+func tableSize(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
 
 func humanCount(n int64) string {
 	switch {
