@@ -75,15 +75,22 @@ func (s *Service) sampleActivity(ctx context.Context) {
 	}
 }
 
-// takeSample closes the interval under way, which lasted elapsed.
+// takeSample closes the interval under way, which lasted elapsed, with
+// the rows each reshard step has copied as the probes last read them.
 func (s *Service) takeSample(now time.Time, elapsed time.Duration) {
-	rows := counterValue(s.metrics.inboxRows.WithLabelValues("push")) + counterValue(s.metrics.inboxRows.WithLabelValues("retract"))
 	copied := map[string]int64{}
 	for _, sh := range s.store.Shards() {
 		if r := sh.Reshard(); r.Phase != "" {
 			copied[sh.Name] = r.Copied
 		}
 	}
+	s.closeInterval(now, elapsed, copied)
+}
+
+// closeInterval appends the interval's sample and drops those older than
+// the window.
+func (s *Service) closeInterval(now time.Time, elapsed time.Duration, copied map[string]int64) {
+	rows := counterValue(s.metrics.inboxRows.WithLabelValues("push")) + counterValue(s.metrics.inboxRows.WithLabelValues("retract"))
 	a := s.activity
 	a.mu.Lock()
 	defer a.mu.Unlock()

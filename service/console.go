@@ -80,7 +80,7 @@ func (s *Service) Overview(ctx context.Context) Overview {
 		}
 		if err != nil {
 			d.Unread = true
-			s.log.Warn("console: read database state", "database", sh.Name, "error", err)
+			s.log.Debug("console: read database state", "database", sh.Name, "error", err)
 		}
 		return d
 	})
@@ -158,7 +158,7 @@ func (s *Service) Deliveries(ctx context.Context) Deliveries {
 		p := parts[i]
 		if p.err != nil {
 			out.Unread = append(out.Unread, sh.Name)
-			s.log.Warn("console: read deliveries", "database", sh.Name, "error", p.err)
+			s.log.Debug("console: read deliveries", "database", sh.Name, "error", p.err)
 			continue
 		}
 		for _, d := range p.d {
