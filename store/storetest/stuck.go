@@ -47,7 +47,8 @@ func StuckDelivery(ctx context.Context, st *store.Store, post feed.Post) error {
 }
 
 // WaitIdle waits until no work is queued on any database of st. The
-// deadline only bounds a failing test.
+// deadline only bounds a failing test: `make test` runs packages side by
+// side on two cores, where a few hundred deliveries can take many seconds.
 func WaitIdle(t testing.TB, st *store.Store) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
