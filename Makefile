@@ -121,6 +121,12 @@ crash: ## Run the full crash/recovery tests (FEED_CRASH_FULL=1, -run TestCrash)
 	export FEED_CRASH_FULL=1; \
 	set -x; $(GO) test -count=1 -timeout 60m -run 'TestCrash' $(TESTFLAGS) ./...
 
+.PHONY: soak
+soak: ## Run the soak test long (FEED_SOAK_ROUNDS, default 200): every table's rows flat under churn
+	@$(WITH_TEST_DB) \
+	export FEED_SOAK_ROUNDS="$${FEED_SOAK_ROUNDS:-200}"; \
+	set -x; $(GO) test -count=1 -timeout 120m -run 'TestSoak' -v $(TESTFLAGS) ./service
+
 .PHONY: fmt
 fmt: ## Fail if gofmt would change any file (gofmt -l)
 	@files="$$(find . \( -path ./.data -o -path ./.git -o -path ./bin -o -path ./vendor \) -prune \

@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS deliveries (
     recipients    BIGINT          NOT NULL DEFAULT 0 COMMENT 'follower count when the delivery was planned',
     delivered     BIGINT          NOT NULL DEFAULT 0 COMMENT 'followers processed, summed from the tasks when done (while running, the tasks hold the counts)',
     claim_token   BIGINT UNSIGNED NOT NULL DEFAULT 0 COMMENT 'random token of the planner holding the lease, 0 if none',
-    claimed_until BIGINT          NOT NULL DEFAULT 0 COMMENT 'Unix ms when the lease ends and any planner may claim the row',
+    claimed_until BIGINT          NOT NULL DEFAULT 0 COMMENT 'Unix ms when the lease ends and any planner may claim the row; once done, 0, or for a retraction when it finished, from which its tombstone lasts tombstone-ttl',
     attempts      INT             NOT NULL DEFAULT 0 COMMENT 'times the row was claimed',
     created_at    BIGINT          NOT NULL COMMENT 'Unix ms when the post was published',
     tasks_left    INT             NOT NULL DEFAULT 0 COMMENT 'unfinished fanout_tasks while running: the batch that takes it to 0 completes the delivery',
@@ -103,6 +103,7 @@ CREATE TABLE IF NOT EXISTS inbox (
     floor_time   BIGINT          NULL COMMENT 'header row: publish_time of the floor, the key at and above which the inbox is complete. NULL: complete',
     floor_id     BIGINT UNSIGNED NULL COMMENT 'header row: content_id of the floor',
     pulls        TINYINT         NULL COMMENT 'header row: 1 if some following row of the user may have pull bits',
+    follows      BIGINT          NULL COMMENT 'header row: the version of the list of authors the user reads, moved by every follow, unfollow, mute or hide set or lifted; processes cache the list by it',
     PRIMARY KEY (user_id, publish_time, content_id)
 ) ENGINE = InnoDB DEFAULT CHARSET = ascii
   COMMENT 'user-keyed: pushed feed entries, clustered in feed order. Each user range ends in a header row holding the user state (header columns are NULL in post rows), also the user lock';

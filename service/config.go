@@ -26,6 +26,9 @@ const (
 	ClockSkewDefault = time.Minute
 	// PullCacheTTLDefault keeps pull authors' newest posts in memory this long.
 	PullCacheTTLDefault = time.Second
+	// TombstoneTTLDefault keeps a deleted post's tombstone a day after its
+	// retraction finished: a DELETE repeated within it still answers 204.
+	TombstoneTTLDefault = 24 * time.Hour
 	// ProbeIntervalDefault and ProbeTimeoutDefault: readiness is at most
 	// about two seconds behind a database that stops answering.
 	ProbeIntervalDefault = time.Second
@@ -100,6 +103,9 @@ type Config struct {
 	// SourceTimeout bounds the reads of one database's outboxes for a feed
 	// page.
 	SourceTimeout time.Duration
+	// TombstoneTTL is how long a deleted post's rows stay after its
+	// retraction finished; then the post is forgotten and its id is free.
+	TombstoneTTL time.Duration
 }
 
 // DefaultConfig returns the contract's defaults.
@@ -123,6 +129,7 @@ func DefaultConfig() Config {
 		NodeID:        -1,
 		PartialReads:  true,
 		SourceTimeout: SourceTimeoutDefault,
+		TombstoneTTL:  TombstoneTTLDefault,
 	}
 }
 
@@ -151,6 +158,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("poll interval must be > 0")
 	case c.ClockSkew < 0:
 		return fmt.Errorf("clock skew must be >= 0")
+	case c.TombstoneTTL < time.Minute:
+		return fmt.Errorf("tombstone ttl must be >= 1m (a backfill racing a delete reads the tombstone), got %s", c.TombstoneTTL)
 	case c.PullCacheTTL < 0 || c.PullCacheTTL > 2*time.Second:
 		return fmt.Errorf("pull cache ttl must be 0..2s (deletes must leave feeds within 2 s), got %s", c.PullCacheTTL)
 	case c.ProbeInterval <= 0 || c.ProbeTimeout <= 0:

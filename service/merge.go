@@ -12,7 +12,8 @@ import (
 // its first n posts. A post can sit in an inbox and in its author's outbox
 // at once; both copies carry the same key, so they sort next to each other.
 // When the lists hold many more than n posts (a page merging dozens of
-// outboxes), a heap picks the n newest before anything is sorted.
+// outboxes), a heap picks the n newest before anything is sorted, and a
+// list that is newest first is left at its first post too old for it.
 func mergeNewest(n int, floor *feed.Key, lists ...[]feed.Post) []feed.Post {
 	if n <= 0 {
 		return nil
@@ -27,13 +28,15 @@ func mergeNewest(n int, floor *feed.Key, lists ...[]feed.Post) []feed.Post {
 		h = &oldestFirst{in: map[uint64]bool{}}
 	}
 	for _, l := range lists {
+		sorted := h != nil && slices.IsSortedFunc(l, newestFirst)
 		for _, p := range l {
-			switch {
-			case floor != nil && p.Key().Less(*floor):
-			case h != nil:
-				h.offer(p, n)
-			default:
+			if floor != nil && p.Key().Less(*floor) {
+				continue
+			}
+			if h == nil {
 				out = append(out, p)
+			} else if h.offer(p, n) && sorted {
+				break // the rest of the list is older still
 			}
 		}
 	}
@@ -72,19 +75,21 @@ func (h *oldestFirst) Pop() any {
 	return p
 }
 
-// offer keeps p if it is among the n newest distinct posts offered.
-func (h *oldestFirst) offer(p feed.Post, n int) {
+// offer keeps p if it is among the n newest distinct posts offered, and
+// reports whether p was left out for being older than all n.
+func (h *oldestFirst) offer(p feed.Post, n int) (older bool) {
 	switch {
 	case h.in[p.ContentID]:
-		return // the other copy of a post held already
+		return false // the other copy of a post held already
 	case len(h.posts) < n:
 	case h.posts[0].Key().Less(p.Key()):
 		delete(h.in, heap.Pop(h).(feed.Post).ContentID)
 	default:
-		return
+		return true
 	}
 	heap.Push(h, p)
 	h.in[p.ContentID] = true
+	return false
 }
 
 // olderOf returns the older of two keys: the tighter of two "older than" bounds.

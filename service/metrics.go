@@ -17,6 +17,7 @@ type Metrics struct {
 	followEvents    prometheus.Counter
 	backfillRows    prometheus.Counter
 	trimmedRows     prometheus.Counter
+	purgedPosts     prometheus.Counter
 	workerErrors    *prometheus.CounterVec
 	feedPullAuthors prometheus.Histogram
 	feedQueries     prometheus.Histogram
@@ -50,6 +51,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "feed_backfill_rows_total", Help: "Inbox rows copied by follow backfills."}),
 		trimmedRows: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "feed_inbox_trimmed_rows_total", Help: "Inbox rows removed by retention."}),
+		purgedPosts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "feed_tombstones_purged_total", Help: "Deleted posts whose rows were purged after the tombstone TTL."}),
 		workerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "feed_worker_errors_total", Help: "Worker steps that failed, by loop."}, []string{"loop"}),
 		feedPullAuthors: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -73,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg: reg,
 	}
 	reg.MustRegister(m.postsPublished, m.inboxRows, m.batchSeconds, m.deliverySeconds, m.deliveries, m.followEvents,
-		m.backfillRows, m.trimmedRows, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.feedRows, m.shardUp,
+		m.backfillRows, m.trimmedRows, m.purgedPosts, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.feedRows, m.shardUp,
 		m.streamsOpen, m.streamEvents, m.streamWatchQueries)
 	return m
 }

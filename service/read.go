@@ -106,12 +106,17 @@ func decodePosition(s string) (feed.Key, error) {
 // also marks the user active.
 func (s *Service) readFeed(ctx context.Context, userID uint64, before, since feed.Key, n int) ([]feed.Post, *pageRead, error) {
 	from := after(since)
+	// A next page of a reader whose last page went below the inbox most
+	// likely goes there too: what that read starts from is read meanwhile.
+	if before != store.Top && s.deep.Has(userID) {
+		ctx = s.store.LearnAhead(ctx, s.store.Shards(), s.cfg.SourceTimeout)
+	}
 	snap, err := s.store.ReadFeed(ctx, userID, before, from, n)
 	if err != nil {
 		return nil, nil, err
 	}
 	activeSince := s.markRead(ctx, userID, snap)
-	rd := &pageRead{user: userID, queries: snap.Statements, rows: snap.Rows}
+	rd := &pageRead{user: userID, follows: snap.Follows, queries: snap.Statements, rows: snap.Rows}
 	sources := make([]store.PullSource, 0, len(snap.Pull))
 	for _, pa := range snap.Pull {
 		bound := before
@@ -131,7 +136,9 @@ func (s *Service) readFeed(ctx context.Context, userID uint64, before, since fee
 	items := newerThan(since, mergeNewest(n, snap.Floor, append(pulled, snap.Inbox)...))
 	// Below the floor only the outboxes are complete; nothing lies there
 	// for a page that stops at a since at or above it.
-	if len(items) < n && snap.Floor != nil && since.Less(*snap.Floor) {
+	deep := len(items) < n && snap.Floor != nil && since.Less(*snap.Floor)
+	s.deep.Set(userID, deep)
+	if deep {
 		deep, err := s.deepScroll(ctx, rd, userID, olderOf(before, *snap.Floor), from, n-len(items))
 		if err != nil {
 			return nil, nil, err
@@ -169,16 +176,19 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 	// What the outbox reads start from is read meanwhile, from every
 	// database this page has not found failed.
 	ctx = s.store.LearnAhead(ctx, slices.DeleteFunc(slices.Clone(s.store.Shards()), func(sh *store.Shard) bool { return rd.failed[sh] }), s.cfg.SourceTimeout)
-	authors, err := s.store.FollowedAuthors(ctx, userID)
+	authors, read, err := s.store.FollowedAuthors(ctx, userID, rd.follows)
 	if err != nil {
 		return nil, err
 	}
-	rd.queries++
-	rd.rows += len(authors)
-	sources := make([]store.PullSource, 0, len(authors)+1)
-	for _, a := range append(authors, userID) {
-		sources = append(sources, store.PullSource{AuthorID: a, Before: before, From: from})
+	if read {
+		rd.queries++
+		rd.rows += len(authors)
 	}
+	sources := make([]store.PullSource, len(authors)+1)
+	for i, a := range authors {
+		sources[i] = store.PullSource{AuthorID: a, Before: before, From: from}
+	}
+	sources[len(authors)] = store.PullSource{AuthorID: userID, Before: before, From: from}
 	posts, err := s.readOutboxes(ctx, rd, sources, limit, true)
 	if err != nil {
 		return nil, err
@@ -189,8 +199,9 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 // pageRead is what the outbox reads of one feed page cost and missed.
 type pageRead struct {
 	user    uint64
-	queries int // statements run
-	rows    int // rows they returned
+	follows int64 // the snapshot's followee-list version
+	queries int   // statements run
+	rows    int   // rows they returned
 	// pullAuthors are the followed authors whose outboxes the page merged
 	// above the floor, which a stream watches besides the inbox.
 	pullAuthors []uint64

@@ -30,6 +30,8 @@ type Service struct {
 	targets *targetGate
 	// streams are the open feed streams and their watchers.
 	streams *streams
+	// deep remembers readers whose last page went below their inbox.
+	deep store.UserHints
 	// activity samples fan-out for the console's charts; reshards holds
 	// the console's view of a reshard under way.
 	activity *activity

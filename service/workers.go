@@ -53,8 +53,8 @@ func (w *wakeup) wait() <-chan struct{} {
 }
 
 // RunWorkers runs the background loops on every shard until ctx ends:
-// planning deliveries, running fan-out sub-tasks, applying follow events and
-// switching authors to pull mode. Workers coordinate only through leases in
+// planning deliveries, running fan-out sub-tasks, applying follow events,
+// switching authors to pull mode and purging deleted posts' tombstones. Workers coordinate only through leases in
 // the database, so any number of processes may run them. When ctx ends the
 // loops stop claiming, batches in flight get softStop to finish, and claims
 // not started are released.
@@ -77,6 +77,7 @@ func (s *Service) RunWorkers(ctx context.Context, softStop time.Duration) {
 		}
 		run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh) })
 		run("switch", func(ctx, work context.Context) (int, error) { return s.runSwitches(ctx, work, sh) })
+		run("tombstones", func(ctx, work context.Context) (int, error) { return s.purgeTombstones(work, sh) })
 	}
 	wg.Wait()
 }
@@ -362,10 +363,11 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 
 // batchOptions are the options of a batch starting now.
 func (s *Service) batchOptions() store.BatchOptions {
-	_, until := s.lease()
+	now, until := s.lease()
 	return store.BatchOptions{
 		Size:          s.cfg.BatchSize,
 		ActiveAfter:   s.now().Add(-s.activeWindow()).UnixMilli(),
+		Now:           now,
 		LeaseUntil:    until,
 		Skip:          s.targets.skip(s.store.Shards()),
 		Enter:         s.targets.enter,
@@ -601,4 +603,17 @@ func (s *Service) runSwitches(ctx, work context.Context, sh *store.Shard) (int, 
 	rctx, cancel := releaseCtx(work)
 	defer cancel()
 	return 1, s.store.ReleaseSwitch(rctx, job)
+}
+
+// tombstoneBatch bounds the tombstones one step purges.
+const tombstoneBatch = 500
+
+// purgeTombstones purges a batch of the shard's deleted posts whose
+// retraction finished more than TombstoneTTL ago.
+func (s *Service) purgeTombstones(work context.Context, sh *store.Shard) (int, error) {
+	ctx, cancel := s.stepContext(work)
+	defer cancel()
+	n, err := s.store.PurgeTombstones(ctx, sh, s.now().Add(-s.cfg.TombstoneTTL).UnixMilli(), tombstoneBatch)
+	s.metrics.purgedPosts.Add(float64(n))
+	return n, err
 }

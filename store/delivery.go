@@ -315,12 +315,14 @@ WHERE content_id = ? AND seq = ?`
 // update and their commit.
 const taskFinishedSQL = `UPDATE deliveries SET tasks_left = tasks_left - 1 WHERE content_id = ? AND tasks_left > 1`
 
-// completeDeliverySQL counts the last task off and completes the delivery.
-// Every other task counted itself off before, under the delivery row's lock
-// and committed. The subquery of an UPDATE is a locking read under
+// completeDeliverySQL counts the last task off and completes the delivery;
+// a retraction records when it finished in claimed_until, where the
+// tombstones' sweep finds it (PurgeTombstones). Every other task counted
+// itself off before, under the delivery row's lock and committed. The
+// subquery of an UPDATE is a locking read under
 // REPEATABLE READ (shared locks, latest committed rows, not the snapshot),
 // so the sum sees their final counts.
-const completeDeliverySQL = `UPDATE deliveries SET tasks_left = 0, state = 2,
+const completeDeliverySQL = `UPDATE deliveries SET tasks_left = 0, state = 2, claimed_until = IF(retract = 1, ?, 0),
  delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?)
 WHERE content_id = ? AND tasks_left = 1`
 
@@ -336,6 +338,7 @@ WHERE content_id = ? AND state = 1`
 type BatchOptions struct {
 	Size        int   // followers per batch
 	ActiveAfter int64 // push_active: users who read at or after this time (ms)
+	Now         int64 // Unix ms: when a retraction finishing in the batch finished
 	LeaseUntil  int64 // the lease is extended to this with the progress mark
 	// Skip names databases whose tasks RunNextTask leaves alone.
 	Skip []string
@@ -510,7 +513,7 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 	if counted, err := affected(tx.ExecContext(ctx, taskFinishedSQL, t.ContentID)); err != nil || counted {
 		return res, err // siblings still run
 	}
-	if done, err := affected(tx.ExecContext(ctx, completeDeliverySQL, t.ContentID, t.ContentID)); err != nil || !done {
+	if done, err := affected(tx.ExecContext(ctx, completeDeliverySQL, max(opt.Now, 1), t.ContentID, t.ContentID)); err != nil || !done {
 		return res, err
 	}
 	if err := tx.GetContext(ctx, &res.PublishedAt, deliveryCreatedSQL, t.ContentID); err != nil {

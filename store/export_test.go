@@ -61,3 +61,12 @@ func WriteEpoch(ctx context.Context, sh *Shard) (int64, error) {
 	err := inTx(ctx, sh.DB, func(tx *sqlx.Tx) error { return tx.GetContext(ctx, &e, "SELECT @feed_epoch") })
 	return e, err
 }
+
+// NewestTime is newestTime over bare times.
+func NewestTime(times []int64, i int) int64 {
+	heads := make([]sourceHead, len(times))
+	for j, t := range times {
+		heads[j].t = t
+	}
+	return newestTime(heads, i)
+}

@@ -84,6 +84,9 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 		if _, err := tx.ExecContext(ctx, setPullsSQL, userID); err != nil {
 			return err
 		}
+		if err := followsChanged(ctx, tx, userID); err != nil {
+			return err
+		}
 		if _, err := tx.ExecContext(ctx, queueFollowEventSQL, userID, authorID, now); err != nil {
 			return err
 		}
@@ -91,7 +94,7 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 		return nil
 	})
 	if created {
-		s.ShardOf(userID).pullHints.set(userID, true) // the backfill is pending
+		s.ShardOf(userID).pullHints.Set(userID, true) // the backfill is pending
 	}
 	return created, wrap("follow", err)
 }
@@ -115,6 +118,9 @@ func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64
 			return err
 		}
 		if _, err := tx.ExecContext(ctx, recountPullsSQL, userID, userID); err != nil {
+			return err
+		}
+		if err := followsChanged(ctx, tx, userID); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, queueFollowEventSQL, userID, authorID, now)
@@ -148,11 +154,30 @@ func (s *Store) ListFollowers(ctx context.Context, authorID, after uint64, limit
 
 const followedAuthorsSQL = `SELECT author_id FROM following WHERE user_id = ? AND muted = 0`
 
-// FollowedAuthors returns every author the user follows and does not
-// filter out (mute or hide): the sources of a deep scroll below the inbox's
-// retained window. Thousands of rows a page are scanned by hand: sqlx's
-// reflection per row cost more than the read.
-func (s *Store) FollowedAuthors(ctx context.Context, userID uint64) ([]uint64, error) {
+// FollowedAuthors returns the authors the user reads, followed and not
+// muted or hidden: the sources of a deep scroll below the inbox's retained
+// window. version is the header's followee-list version from a
+// snapshot read before (FeedSnapshot.Follows; 0: none): a list this
+// process read under it comes from memory, and read reports whether a
+// statement ran. The list is shared: the caller must not change it.
+func (s *Store) FollowedAuthors(ctx context.Context, userID uint64, version int64) (authors []uint64, read bool, err error) {
+	if version != 0 {
+		if authors, ok := s.followees.get(userID, version); ok {
+			return authors, false, nil
+		}
+	}
+	if authors, err = s.readFollowedAuthors(ctx, userID); err != nil {
+		return nil, true, err
+	}
+	if version != 0 {
+		s.followees.put(userID, version, authors)
+	}
+	return authors, true, nil
+}
+
+// readFollowedAuthors reads the list. Thousands of rows are scanned by
+// hand: sqlx's reflection per row cost more than the read.
+func (s *Store) readFollowedAuthors(ctx context.Context, userID uint64) ([]uint64, error) {
 	rows, err := s.ShardOf(userID).pool(ctx).QueryContext(ctx, followedAuthorsSQL, userID)
 	if err != nil {
 		return nil, wrap("followed authors", err)

@@ -44,11 +44,36 @@ func TestFollow(t *testing.T) {
 		if n := count(t, sh, "SELECT COUNT(*) FROM follow_events WHERE user_id = ? AND author_id = ? AND version = 1", user, author); n != 1 {
 			t.Errorf("%d follow events at version 1, want 1", n)
 		}
-		authors, err := st.FollowedAuthors(t.Context(), user)
-		must(t, err)
-		if !slices.Equal(authors, []uint64{author}) {
-			t.Errorf("FollowedAuthors = %v", authors)
+		// The followee list, cached by the header's version: a change of
+		// the authors the user reads moves it.
+		followed := func(want ...uint64) {
+			t.Helper()
+			version := snapshot(t, st, user).Follows
+			if version == 0 {
+				t.Fatal("no followee-list version in the header")
+			}
+			for i, wantRead := range []bool{true, false} {
+				authors, read, err := st.FollowedAuthors(t.Context(), user, version)
+				must(t, err)
+				authors = slices.Sorted(slices.Values(authors)) // the list is shared
+				if !slices.Equal(authors, want) || read != wantRead {
+					t.Errorf("FollowedAuthors #%d at version %d = %v (read %v), want %v (read %v)", i+1, version, authors, read, want, wantRead)
+				}
+			}
 		}
+		followed(author)
+		other := idOn(st, 1, author+1)
+		_, err = st.Follow(t.Context(), user, other, maxFollowing, t0+2)
+		must(t, err)
+		followed(author, other)
+		_, err = st.SetFilter(t.Context(), store.Mute, user, other, true, 10, t0+3)
+		must(t, err)
+		followed(author)
+		_, err = st.SetFilter(t.Context(), store.Mute, user, other, false, 10, t0+4)
+		must(t, err)
+		followed(author, other)
+		must(t, st.Unfollow(t.Context(), user, other, t0+5))
+		followed(author)
 		// The author's shard learns of it only through the event.
 		if n := countAll(t, st, "SELECT COUNT(*) FROM followers WHERE author_id = ?", author); n != 0 {
 			t.Errorf("%d followers rows before the event ran", n)

@@ -167,11 +167,15 @@ type aheadKey struct{}
 // LearnAhead starts reading, in the background, what a deep page's
 // PullNewest reads first when outbox heads are cached (the backdate
 // sequence of each of the databases, each within timeout), and returns a
-// ctx that hands the read to it: the caller reads the followed authors
-// meanwhile. With the cache off it returns ctx.
+// ctx that hands the read to it: the caller reads the inbox or the
+// followed authors meanwhile. With the cache off, or a read under way in
+// ctx, it returns ctx.
 func (s *Store) LearnAhead(ctx context.Context, shards []*Shard, timeout time.Duration) context.Context {
 	c := s.heads.Load()
 	if c == nil {
+		return ctx
+	}
+	if r, ok := ctx.Value(aheadKey{}).(*seqsRead); ok && r.epoch == s.Epoch() {
 		return ctx
 	}
 	return context.WithValue(ctx, aheadKey{}, s.readSeqs(ctx, c, shards, timeout))
@@ -187,14 +191,13 @@ func (s *Store) learn(ctx context.Context, sources []PullSource, timeout time.Du
 	if c == nil {
 		return nil, Pulled{}, nil
 	}
-	byShard := map[*Shard][]uint64{}
+	asked := map[*Shard]bool{}
 	for _, src := range sources {
-		sh := s.ShardOf(src.AuthorID)
-		byShard[sh] = append(byShard[sh], src.AuthorID)
+		asked[s.ShardOf(src.AuthorID)] = true
 	}
 	r, ok := ctx.Value(aheadKey{}).(*seqsRead)
 	if !ok || r.epoch != s.Epoch() {
-		r = s.readSeqs(ctx, c, slices.Collect(maps.Keys(byShard)), timeout)
+		r = s.readSeqs(ctx, c, slices.Collect(maps.Keys(asked)), timeout)
 	}
 	select {
 	case <-r.done:
@@ -210,14 +213,18 @@ func (s *Store) learn(ctx context.Context, sources []PullSource, timeout time.Du
 			out.Queries++
 			out.Rows++
 		}
-		if !read || got.err == nil || byShard[sh] == nil {
+		if !read || got.err == nil || !asked[sh] {
 			continue
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, Pulled{}, wrap("pull posts", err)
 		}
 		out.Err = cmp.Or(out.Err, got.err)
-		out.Missing = append(out.Missing, byShard[sh]...)
+		for _, src := range sources {
+			if s.ShardOf(src.AuthorID) == sh {
+				out.Missing = append(out.Missing, src.AuthorID)
+			}
+		}
 	}
 	slices.Sort(out.Missing)
 	out.Missing = slices.Compact(out.Missing)

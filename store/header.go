@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"sync/atomic"
 
 	"github.com/jmoiron/sqlx"
 
@@ -82,7 +81,7 @@ func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
 	})
 	if err == nil {
 		for _, u := range users {
-			sh.pullHints.set(u, true)
+			sh.pullHints.Set(u, true)
 		}
 	}
 	return err
@@ -95,7 +94,7 @@ func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
 // only the rows it counts. src is 0 for both (the header is the row at the
 // header key).
 const feedPageSQL = `SELECT 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k,
- floor_time AS ft, floor_id AS fi, last_read_at AS lr, active_since AS act, pulls AS p
+ floor_time AS ft, floor_id AS fi, last_read_at AS lr, active_since AS act, pulls AS p, follows AS fv
  FROM inbox FORCE INDEX (PRIMARY)
  WHERE user_id = ? AND (` + keysetOlder + ` OR ` + headerKeySQL + `) AND ` + keysetFrom + `
  ORDER BY publish_time DESC, content_id DESC LIMIT ?`
@@ -104,38 +103,8 @@ const feedPageSQL = `SELECT 0 AS src, publish_time AS t, content_id AS id, autho
 // authors that reads must pull (src 1: t = pull bits, a = author): for a
 // user whose header says there are some.
 const feedPagePullSQL = `(` + feedPageSQL + `)
-UNION ALL (SELECT 1, pull, 0, author_id, '', NULL, NULL, NULL, NULL, NULL
+UNION ALL (SELECT 1, pull, 0, author_id, '', NULL, NULL, NULL, NULL, NULL, NULL
  FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0 AND muted = 0)`
-
-// pullHints remembers, per shard and lossily, users whose header said they
-// pull: their pages go straight to feedPagePullSQL instead of finding out
-// with feedPageSQL first. A wrong or lost hint costs a statement, never a
-// row. Two slots per hash (neighbours, one cache line) keep collisions rare.
-type pullHints [1 << 16]atomic.Uint64
-
-func (h *pullHints) slots(userID uint64) (*atomic.Uint64, *atomic.Uint64) {
-	i := (userID * 0x9E3779B97F4A7C15) >> (64 - 16)
-	return &h[i], &h[i^1]
-}
-
-func (h *pullHints) has(userID uint64) bool {
-	a, b := h.slots(userID)
-	return a.Load() == userID || b.Load() == userID
-}
-
-func (h *pullHints) set(userID uint64, pulls bool) {
-	a, b := h.slots(userID)
-	switch {
-	case !pulls:
-		a.CompareAndSwap(userID, 0)
-		b.CompareAndSwap(userID, 0)
-	case a.Load() == userID || b.Load() == userID:
-	case b.Load() == 0:
-		b.Store(userID)
-	default:
-		a.Store(userID)
-	}
-}
 
 // readFeedPage runs one of the two page statements and parses its rows;
 // pulls reports the header's mark.
@@ -157,14 +126,14 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 	// One set of scan targets for every row: they escape to the heap
 	// through Scan, and a set per row would cost a page hundreds of allocations.
 	var (
-		src            int
-		t              int64
-		id, a          uint64
-		k              sql.RawBytes
-		ft, lr, act, p sql.NullInt64
-		fi             sql.Null[uint64]
+		src                int
+		t                  int64
+		id, a              uint64
+		k                  sql.RawBytes
+		ft, lr, act, p, fv sql.NullInt64
+		fi                 sql.Null[uint64]
 	)
-	dest := []any{&src, &t, &id, &a, &k, &ft, &fi, &lr, &act, &p}
+	dest := []any{&src, &t, &id, &a, &k, &ft, &fi, &lr, &act, &p, &fv}
 	snap.Inbox = make([]feed.Post, 0, limit)
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
@@ -178,7 +147,7 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 			if ft.Valid {
 				snap.Floor = &feed.Key{PublishTime: ft.Int64, ContentID: fi.V}
 			}
-			snap.LastReadAt, snap.ActiveSince, pulls = lr.Int64, act.Int64, p.Int64 > 0
+			snap.LastReadAt, snap.ActiveSince, snap.Follows, pulls = lr.Int64, act.Int64, fv.Int64, p.Int64 > 0
 		case len(snap.Inbox) < limit:
 			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: id, AuthorID: a, PublishTime: t, Kind: kindOf(k)})
 		}

@@ -27,8 +27,9 @@ type FeedSnapshot struct {
 	Pull        []PullAuthor
 	LastReadAt  int64
 	ActiveSince int64
-	Statements  int // statements the read ran
-	Rows        int // rows they returned: the header, inbox entries and pull authors
+	Follows     int64 // the followee-list version (see FollowedAuthors), 0 if none
+	Statements  int   // statements the read ran
+	Rows        int   // rows they returned: the header, inbox entries and pull authors
 }
 
 // ReadFeed returns the user's inbox entries older than before and at or
@@ -38,7 +39,7 @@ type FeedSnapshot struct {
 // first one finds the mark). Statements reports how many ran.
 func (s *Store) ReadFeed(ctx context.Context, userID uint64, before, from feed.Key, limit int) (FeedSnapshot, error) {
 	sh := s.ShardOf(userID)
-	withPull := sh.pullHints.has(userID)
+	withPull := sh.pullHints.Has(userID)
 	snap, pulls, err := sh.readFeedPage(ctx, withPull, userID, before, from, limit)
 	snap.Statements = 1
 	if err == nil && pulls && !withPull {
@@ -49,7 +50,7 @@ func (s *Store) ReadFeed(ctx context.Context, userID uint64, before, from feed.K
 	if err != nil {
 		return FeedSnapshot{}, wrap("read feed", err)
 	}
-	sh.pullHints.set(userID, pulls)
+	sh.pullHints.Set(userID, pulls)
 	return snap, nil
 }
 

@@ -94,6 +94,11 @@ func (s *Store) SetFilter(ctx context.Context, f Filter, userID, authorID uint64
 		if err != nil {
 			return err
 		}
+		if is != was {
+			if err := followsChanged(ctx, tx, userID); err != nil {
+				return err
+			}
+		}
 		switch {
 		case is && !was:
 			if _, err := tx.ExecContext(ctx, muteEdgeSQL, userID, authorID); err != nil {
@@ -120,7 +125,7 @@ func (s *Store) SetFilter(ctx context.Context, f Filter, userID, authorID uint64
 		return err
 	})
 	if backfill {
-		s.ShardOf(userID).pullHints.set(userID, true)
+		s.ShardOf(userID).pullHints.Set(userID, true)
 	}
 	return backfill, wrap("set filter", err)
 }

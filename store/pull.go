@@ -300,16 +300,34 @@ func windowChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, maxRows i
 	return posts, heads, n, nil
 }
 
-// newestTime returns the (i+1)-th newest time of the heads. It sorts their
-// times alone: thousands of heads a page, where sorting the heads
-// themselves cost more than the page's statements.
+// newestTime returns the (i+1)-th newest time of the heads, i < len(heads):
+// thousands of heads a page against a page's i, so it keeps the i+1
+// newest in a min-heap rather than sorting them all.
 func newestTime(heads []sourceHead, i int) int64 {
-	times := make([]int64, len(heads))
-	for j, h := range heads {
-		times[j] = h.t
+	top := make([]int64, 0, i+1)
+	for _, h := range heads {
+		switch {
+		case len(top) < i+1:
+			top = append(top, h.t)
+			for c := len(top) - 1; c > 0 && top[(c-1)/2] > top[c]; c = (c - 1) / 2 {
+				top[(c-1)/2], top[c] = top[c], top[(c-1)/2]
+			}
+		case h.t > top[0]:
+			top[0] = h.t
+			for p := 0; ; {
+				c := 2*p + 1
+				if c+1 < len(top) && top[c+1] < top[c] {
+					c++
+				}
+				if c >= len(top) || top[p] <= top[c] {
+					break
+				}
+				top[p], top[c] = top[c], top[p]
+				p = c
+			}
+		}
 	}
-	slices.Sort(times)
-	return times[len(times)-1-i]
+	return top[0]
 }
 
 // olderKey returns the older of two keys: the tighter of two "older than"
@@ -362,6 +380,7 @@ func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout tim
 	var known []sourceHead
 	ask := sources
 	if k != nil {
+		known = make([]sourceHead, 0, len(sources))
 		ask = make([]PullSource, 0, len(sources))
 		for _, src := range sources {
 			switch h, found, ok := k.cached(src); {

@@ -347,3 +347,20 @@ func TestPullNewestCache(t *testing.T) {
 		}
 	}
 }
+
+// TestNewestTime checks the threshold's selection against a sort, on
+// random times with many ties.
+func TestNewestTime(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 500 {
+		times := make([]int64, 1+r.IntN(300))
+		for j := range times {
+			times[j] = r.Int64N(50)
+		}
+		i := r.IntN(len(times))
+		sorted := slices.Sorted(slices.Values(times))
+		if got, want := store.NewestTime(times, i), sorted[len(sorted)-1-i]; got != want {
+			t.Fatalf("newest time #%d of %v = %d, want %d", i+1, times, got, want)
+		}
+	}
+}

@@ -39,7 +39,7 @@ type Shard struct {
 	// class, prepared once per connection: an unprepared query with
 	// arguments costs three round trips (prepare, execute, close).
 	feedPage  [numClasses][2]*sqlx.Stmt
-	pullHints pullHints
+	pullHints UserHints
 
 	health shardHealth
 	// epochSeen is told the layout epoch each probe reads (Store.epochSeen).
@@ -52,6 +52,7 @@ type Store struct {
 	byName map[string]*Shard
 
 	heads     atomic.Pointer[headCache] // nil unless CacheHeads turned it on
+	followees followeeCache
 	routes    atomic.Pointer[routing]
 	refreshMu sync.Mutex    // one Refresh at a time
 	stale     chan struct{} // see Stale

@@ -90,6 +90,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.PollInterval, "poll-interval", s.PollInterval, "how often idle workers poll for work")
 	fs.DurationVar(&s.ClockSkew, "clock-skew", s.ClockSkew, "allowed clock difference between servers (and future publish_time)")
 	fs.DurationVar(&s.PullCacheTTL, "pull-cache-ttl", s.PullCacheTTL, "how long a process reuses pull authors' newest posts (0: no cache; at most 2s)")
+	fs.DurationVar(&s.TombstoneTTL, "tombstone-ttl", s.TombstoneTTL, "how long a deleted post's rows stay after its removal from feeds finished (at least 1m)")
 	fs.BoolVar(&s.PartialReads, "partial-reads", s.PartialReads, "serve a feed page without the followed authors whose database does not answer, naming them (false: 503)")
 	fs.DurationVar(&s.SourceTimeout, "source-timeout", s.SourceTimeout, "how long a feed page waits for one database's outboxes before it does without them")
 	fs.DurationVar(&s.ProbeInterval, "probe-interval", s.ProbeInterval, "how often each database is probed for readiness")

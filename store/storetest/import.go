@@ -29,8 +29,11 @@ const (
 	markPullsHead   = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, pulls)`
 	markPullsTail   = ` ON DUPLICATE KEY UPDATE pulls = 1`
 	importFollowing = `INSERT IGNORE INTO following (user_id, author_id, followed_at, pull)`
-	importFollowers = `INSERT IGNORE INTO followers (author_id, user_id, followed_at)`
-	importAuthorSQL = `INSERT INTO authors (author_id, follower_count, mode) VALUES (?, ?, ?)
+	// importFollowsSQL moves a user's followee-list version, as the
+	// follows an import stands for would have.
+	importFollowsSQL = `UPDATE inbox SET follows = COALESCE(follows, 0) + 1 WHERE user_id = ? AND publish_time = ? AND content_id = ?`
+	importFollowers  = `INSERT IGNORE INTO followers (author_id, user_id, followed_at)`
+	importAuthorSQL  = `INSERT INTO authors (author_id, follower_count, mode) VALUES (?, ?, ?)
 ON DUPLICATE KEY UPDATE follower_count = follower_count + VALUES(follower_count), mode = GREATEST(mode, VALUES(mode))`
 )
 

@@ -61,6 +61,9 @@ func ImportFollowing(ctx context.Context, st *store.Store, userID uint64, author
 	}); err != nil {
 		return fmt.Errorf("storetest: import following: %w", err)
 	}
+	if _, err := sh.DB.ExecContext(ctx, importFollowsSQL, userID, store.Top.PublishTime, store.Top.ContentID); err != nil {
+		return fmt.Errorf("storetest: import following: %w", err)
+	}
 	for ash, ids := range byShard(st, authors) {
 		if _, err := store.InsertRows(ctx, ash.DB, importFollowers, 3, "", len(ids), func(i int) []any {
 			return []any{ids[i], userID, followedAt}

@@ -1,0 +1,117 @@
+package service_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store/storetest"
+)
+
+// TestSoak churns publishes, follows, unfollows and deletes in rounds on two
+// databases and holds every table, whichever tables the schema has, to the
+// row count it had after the first round: each round publishes as many
+// posts as it deletes and swaps one follow of each user for another, so
+// nothing may grow. Deleted posts' rows go once their tombstones expire (the
+// clock jumps past the TTL each round); a post forgotten that way answers
+// DELETE with 404 and its id can be published again. Each round every feed
+// equals a full sort of the live posts of the authors followed.
+// FEED_SOAK_ROUNDS sets the rounds (make soak runs many).
+func TestSoak(t *testing.T) {
+	t.Parallel()
+	rounds := 4
+	if v := os.Getenv("FEED_SOAK_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 {
+			t.Fatalf("FEED_SOAK_ROUNDS=%q: want a count of rounds >= 2", v)
+		}
+		rounds = n
+	}
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	h := newHarness(t, harnessOpts{shards: 2, now: now, configured: func(c *service.Config) {
+		c.TombstoneTTL = time.Minute
+	}})
+	ctx := t.Context()
+	m := newFeedModel()
+	rng := rand.New(rand.NewPCG(3, 4))
+	const users, authors, perRound, follows = 30, 8, 3, 3
+	user := func(i int) uint64 { return uint64(1000 + i) }
+	author := func(i int) uint64 { return uint64(5000 + i%authors) }
+	var live, gone []feed.Post // this round's posts, the last round's
+	var warm map[string]int64
+	for r := range rounds {
+		// In round r, user i follows authors i+r .. i+r+follows-1.
+		for i := range users {
+			if r == 0 {
+				for k := range follows {
+					m.follow(t, h, user(i), author(i+k))
+				}
+				continue
+			}
+			m.unfollow(t, h, user(i), author(i+r-1))
+			m.follow(t, h, user(i), author(i+r+follows-1))
+		}
+		gone, live = live, nil
+		for a := range authors {
+			for range perRound {
+				live = append(live, m.newPost(rng, author(a), now().UnixMilli()-int64(rng.IntN(1000))))
+			}
+		}
+		m.publishAll(t, h, live)
+		m.deleteAll(t, h, gone)
+		h.waitIdle(t)
+		offset.Add(int64(2 * time.Minute)) // past the tombstones' TTL
+		counts := waitRows(t, h, "posts", int64(len(live)))
+		for i := range users {
+			checkFeed(t, h, m, user(i), fmt.Sprintf("round %d", r), 7)
+		}
+		t.Logf("round %d: %v", r, counts)
+		if r == 0 {
+			warm = counts
+			continue
+		}
+		for _, table := range slices.Sorted(maps.Keys(counts)) {
+			if counts[table] != warm[table] {
+				t.Errorf("round %d: table %s holds %d rows, %d after the first round", r, table, counts[table], warm[table])
+			}
+		}
+	}
+	// A post forgotten: DELETE says it never was, and its id is free.
+	p := gone[0]
+	if err := h.svc.DeletePost(ctx, p.AuthorID, p.ContentID); feed.ErrorCode(err) != feed.ENOTFOUND {
+		t.Errorf("delete of a purged post: %v, want %s", err, feed.ENOTFOUND)
+	}
+	if _, created, err := h.svc.Publish(ctx, service.PublishInput{AuthorID: p.AuthorID, ContentID: p.ContentID}); err != nil || !created {
+		t.Errorf("publishing a purged post's id again: created=%v, %v", created, err)
+	}
+}
+
+// waitRows waits until table holds want rows over every database (the
+// tombstones' sweep is a worker loop) and returns every table's count.
+func waitRows(t *testing.T, h *harness, table string, want int64) map[string]int64 {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		counts, err := storetest.RowCounts(context.Background(), h.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts[table] == want {
+			return counts
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s holds %d rows after 60s, want %d", table, counts[table], want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
