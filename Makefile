@@ -2,7 +2,7 @@
 #
 # Database discovery (shared by every target that needs MySQL):
 #
-#   tests (test, bench, crash) -- FEED_TEST_MYSQL_DSN, a DSN *without* a
+#   tests (test, test-console, bench, crash) -- FEED_TEST_MYSQL_DSN, a DSN *without* a
 #   database name, e.g. root@tcp(127.0.0.1:3307)/:
 #     1. FEED_TEST_MYSQL_DSN set      -> use it
 #     2. else docker answers          -> leave it unset; the Go tests start a
@@ -104,6 +104,17 @@ test-tidb: ## store, service, httpapi and crash tests on an in-process TiDB (tid
 	cd tidbtest && $(GO) build -o ../bin/tidbtest .
 	bin/tidbtest -- $(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./store ./service ./httpapi
 	bin/tidbtest -- $(GO) test -count=1 -timeout 30m -run 'TestCrash' $(TESTFLAGS) ./cmd/feedd
+
+.PHONY: test-console
+test-console: ## Drive the console in headless Chromium against feedd (installs Debian's chromium if missing)
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		[ "$$(id -u)" -eq 0 ] || { echo "make $@: chromium is missing: apt-get install chromium (as root)"; exit 1; }; \
+		echo "make $@: installing Debian's chromium"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium fonts-dejavu-core >/dev/null; \
+	fi
+	@$(WITH_TEST_DB) \
+	set -x; $(GO) vet -tags console ./httpapi/console/browser/ && \
+	$(GO) test -count=1 -tags console -timeout 10m $(TESTFLAGS) ./httpapi/console/browser/
 
 .PHONY: bench
 bench: ## Run cmd/feedbench (writes docs/BENCHMARKS.md)

@@ -98,26 +98,10 @@ func newHarness(t testing.TB, opt harnessOpts) *harness {
 	return &harness{svc: svc, store: st, cfg: cfg, reg: reg, shards: shards, now: now, refused: refused}
 }
 
-// waitIdle waits until no work is queued on any shard. The deadline only
-// bounds a failing test: `make test` runs packages side by side on two
-// cores, where a few hundred deliveries can take many seconds.
+// waitIdle waits until no work is queued on any shard.
 func (h *harness) waitIdle(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		b, err := h.store.Backlog(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b.Idle() {
-			return
-		}
-		h.failIfRefused(t)
-		if time.Now().After(deadline) {
-			t.Fatalf("work still queued after 60s: %+v", b)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	storetest.WaitIdle(t, h.store, func() { h.failIfRefused(t) })
 }
 
 // failIfRefused ends the test at once when a worker step failed with a

@@ -40,9 +40,10 @@ func (s *Service) CheckHealth(ctx context.Context) {
 }
 
 // WatchHealth probes every database each probe interval, and watches the
-// pools for waits, until ctx ends.
+// pools for waits and samples fan-out activity, until ctx ends.
 func (s *Service) WatchHealth(ctx context.Context) {
 	go s.watchPools(ctx)
+	go s.sampleActivity(ctx)
 	go s.followLayout(ctx)
 	s.store.WatchHealth(ctx, s.cfg.ProbeInterval, s.cfg.ProbeTimeout, s.healthChanged)
 }

@@ -12,6 +12,7 @@ type Metrics struct {
 	postsPublished  prometheus.Counter
 	inboxRows       *prometheus.CounterVec
 	batchSeconds    prometheus.Histogram
+	deliverySeconds prometheus.Histogram
 	deliveries      *prometheus.CounterVec
 	followEvents    prometheus.Counter
 	backfillRows    prometheus.Counter
@@ -40,6 +41,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "feed_fanout_batch_seconds", Help: "Duration of one fan-out sub-task batch.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		deliverySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "feed_delivery_seconds", Help: "Time from a post's publish to its delivery done (every follower's feed shows it), observed by the worker that completes it.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 16)}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "feed_deliveries_planned_total", Help: "Deliveries planned, by mode."}, []string{"mode"}),
 		followEvents: prometheus.NewCounter(prometheus.CounterOpts{
@@ -73,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		live: newLiveMetrics(reg),
 		reg:  reg,
 	}
-	reg.MustRegister(m.postsPublished, m.inboxRows, m.batchSeconds, m.deliveries, m.followEvents,
+	reg.MustRegister(m.postsPublished, m.inboxRows, m.batchSeconds, m.deliverySeconds, m.deliveries, m.followEvents,
 		m.backfillRows, m.trimmedRows, m.purgedPosts, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.feedRows, m.shardUp,
 		m.streamsOpen, m.streamEvents, m.streamWatchQueries)
 	return m

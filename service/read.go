@@ -283,7 +283,7 @@ func (s *Service) markRead(ctx context.Context, userID uint64, snap store.FeedSn
 	// inactive user if needed); fan-out may skip the user until a later
 	// read marks it. So a read never waits long for it: not at all while
 	// the database is known not to take writes, and markReadTimeout at most.
-	if s.store.ShardOf(userID).Health().Unreachable() {
+	if s.store.ShardOf(userID).Health().Unreachable() || inspecting(ctx) {
 		return activeSince
 	}
 	mctx, cancel := context.WithTimeout(store.WithClass(ctx, store.Writes), markReadTimeout)

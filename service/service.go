@@ -32,6 +32,10 @@ type Service struct {
 	streams *streams
 	// deep remembers readers whose last page went below their inbox.
 	deep store.UserHints
+	// activity samples fan-out for the console's charts; reshards holds
+	// the console's view of a reshard under way.
+	activity *activity
+	reshards *reshards
 }
 
 // New returns a Service. now is the clock (time.Now outside tests).
@@ -43,7 +47,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 		return nil, err
 	}
 	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup(),
-		targets: newTargetGate(cfg.Workers)}
+		targets: newTargetGate(cfg.Workers), activity: &activity{}, reshards: &reshards{}}
 	s.streams = newStreams(s)
 	m.watchPools(st)
 	if cfg.PullCacheTTL > 0 {

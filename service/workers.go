@@ -227,6 +227,8 @@ func (s *Service) planDeliveries(work context.Context, sh *store.Shard) (int, er
 		s.metrics.deliveries.WithLabelValues(modeName(res.Mode)).Inc()
 		if res.Tasks > 0 {
 			s.wake.notify()
+		} else {
+			s.delivered(job.CreatedAt)
 		}
 		s.sampleTrims(work, []uint64{job.AuthorID})
 		return nil
@@ -272,6 +274,7 @@ func (s *Service) pushDeliveries(work context.Context, sh *store.Shard, jobs []s
 			users := res.Users
 			for _, j := range res.Pushed {
 				users = append(users, j.AuthorID)
+				s.delivered(j.CreatedAt)
 			}
 			s.sampleTrims(work, users)
 			mu.Lock()
@@ -458,6 +461,7 @@ func (s *Service) batchDone(ctx context.Context, t *store.Task, res store.BatchR
 		s.sampleTrims(ctx, res.Users)
 	}
 	s.metrics.inboxRows.WithLabelValues(op).Add(float64(res.Written))
+	s.delivered(res.PublishedAt)
 }
 
 // sampleTrims trims each pushed-to inbox with probability 1/TrimEvery, which

@@ -1,10 +1,6 @@
 package store
 
-import (
-	"context"
-
-	"github.com/jmoiron/sqlx"
-)
+import "context"
 
 // Backlog counts queued work over all shards.
 type Backlog struct {
@@ -30,9 +26,9 @@ const backlogSQL = `SELECT
 func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 	var total Backlog
 	for _, sh := range s.shards {
-		var b Backlog
-		if err := sqlx.GetContext(ctx, sh.pool(ctx), &b, backlogSQL); err != nil {
-			return total, wrap("backlog", err)
+		b, err := sh.Backlog(ctx)
+		if err != nil {
+			return total, err
 		}
 		total.Deliveries += b.Deliveries
 		total.Tasks += b.Tasks

@@ -34,12 +34,13 @@ var modeNames = map[int]string{ModePush: feed.ModePush, ModePushActive: feed.Mod
 type DeliveryJob struct {
 	ContentID uint64 `db:"content_id"`
 	AuthorID  uint64 `db:"author_id"`
+	CreatedAt int64  `db:"created_at"` // Unix ms of the publish
 	Token     uint64 `db:"-"`
 }
 
 var deliveryClaims = claimTable{
 	table: "deliveries",
-	cols:  "content_id, author_id",
+	cols:  "content_id, author_id, created_at",
 	key:   []string{"content_id"},
 	ready: "state = 0",
 }
@@ -334,6 +335,8 @@ const completeDeliverySQL = `UPDATE deliveries SET tasks_left = 0, state = 2, cl
  delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ? FOR UPDATE)
 WHERE content_id = ? AND tasks_left = 1`
 
+const deliveryCreatedSQL = `SELECT created_at FROM deliveries WHERE content_id = ?`
+
 const dropTasksSQL = `DELETE FROM fanout_tasks WHERE content_id = ?`
 
 // replanSQL sends a running delivery back to planning, its tasks dropped.
@@ -369,7 +372,10 @@ type BatchResult struct {
 	// Replanned says the task was planned under another layout epoch: it
 	// wrote nothing and its delivery is planned again.
 	Replanned bool
-	mark      uint64 // the progress mark after the batch
+	// PublishedAt is, when the batch completed the task's delivery, the
+	// Unix ms of the post's publish; else 0.
+	PublishedAt int64
+	mark        uint64 // the progress mark after the batch
 }
 
 // RunNextTask claims a ready fan-out task of the shard and runs its first
@@ -523,6 +529,9 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 		return res, err // siblings still run
 	}
 	if done, err := affected(tx.ExecContext(ctx, completeDeliverySQL, max(opt.Now, 1), t.ContentID, t.ContentID)); err != nil || !done {
+		return res, err
+	}
+	if err := tx.GetContext(ctx, &res.PublishedAt, deliveryCreatedSQL, t.ContentID); err != nil {
 		return res, err
 	}
 	// The post's tasks are done; drop them. The sum above and this drop

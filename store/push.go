@@ -18,7 +18,7 @@ import (
 // lockDeliveriesSQL locks the claimed deliveries of a batch (content_id IN)
 // in primary-key order; the caller keeps those still pending under its
 // claim.
-const lockDeliveriesSQL = `SELECT content_id, author_id, publish_time, kind, retract, claim_token FROM deliveries
+const lockDeliveriesSQL = `SELECT content_id, author_id, created_at, publish_time, kind, retract, claim_token FROM deliveries
 WHERE content_id IN (?) AND state = 0 ORDER BY content_id FOR UPDATE`
 
 const authorModesSQL = `SELECT author_id, mode FROM authors WHERE author_id IN (?)`

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/feedhq/feed/httpapi"
+	"github.com/feedhq/feed/httpapi/console"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
 )
@@ -204,6 +205,7 @@ func (m *Main) serve() error {
 	m.listener = ln
 	m.echo = httpapi.New(svc, httpapi.Options{Token: m.Config.APIToken, Log: m.Log, Registry: reg,
 		ReadDeadline: m.Config.ReadDeadline, WriteDeadline: m.Config.WriteDeadline})
+	console.Mount(m.echo, svc, console.Options{Token: m.Config.APIToken, Log: m.Log})
 	m.echo.Server.ReadHeaderTimeout = 5 * time.Second
 	m.echo.Server.ReadTimeout = 30 * time.Second
 	m.echo.Server.WriteTimeout = 30 * time.Second
