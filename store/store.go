@@ -243,6 +243,7 @@ func runTx(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions, fn func(tx *sq
 const (
 	errCheckRead       = 1020 // MariaDB innodb_snapshot_isolation: a locked row changed after the snapshot
 	errDupEntry        = 1062
+	errTiDB            = 1105 // TiDB's catch-all, see tidbLockRetries
 	errNoSuchTable     = 1146
 	errLockWaitTimeout = 1205
 	errDeadlock        = 1213
@@ -256,8 +257,14 @@ func mysqlErrno(err error) uint16 {
 	return 0
 }
 
+// tidbLockRetries is TiDB's message when a pessimistic lock met write
+// conflicts more often than its retry limit (tidb_pessimistic_txn_retry):
+// another transaction's writes won, as a deadlock's victim's lose on InnoDB.
+const tidbLockRetries = "pessimistic lock retry limit reached"
+
 // Retryable says whether a whole transaction may run again after err:
-// a deadlock, a lock wait timeout, or a snapshot conflict.
+// a deadlock, a lock wait timeout, a snapshot conflict, or TiDB's lock
+// retries running out.
 // MariaDB under innodb_snapshot_isolation (a setting since 10.6.18, 10.11.8
 // and 11.4.2, on by default from 11.6.2) refuses a locking read of a row
 // changed after the transaction's snapshot with errCheckRead, where MySQL
@@ -267,6 +274,8 @@ func Retryable(err error) bool {
 	switch mysqlErrno(err) {
 	case errDeadlock, errLockWaitTimeout, errCheckRead:
 		return true
+	case errTiDB:
+		return strings.Contains(err.Error(), tidbLockRetries)
 	}
 	return false
 }

@@ -165,11 +165,13 @@ func TestRetryable(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{&mysql.MySQLError{Number: 1213}, true},                                   // deadlock
-		{&mysql.MySQLError{Number: 1205}, true},                                   // lock wait timeout
-		{&mysql.MySQLError{Number: 1020}, true},                                   // MariaDB snapshot-isolation conflict
-		{fmt.Errorf("run task batch: %w", &mysql.MySQLError{Number: 1020}), true}, // wrapped
-		{&mysql.MySQLError{Number: 1062}, false},                                  // duplicate key
+		{&mysql.MySQLError{Number: 1213}, true},                                                  // deadlock
+		{&mysql.MySQLError{Number: 1205}, true},                                                  // lock wait timeout
+		{&mysql.MySQLError{Number: 1020}, true},                                                  // MariaDB snapshot-isolation conflict
+		{fmt.Errorf("run task batch: %w", &mysql.MySQLError{Number: 1020}), true},                // wrapped
+		{&mysql.MySQLError{Number: 1062}, false},                                                 // duplicate key
+		{&mysql.MySQLError{Number: 1105, Message: "pessimistic lock retry limit reached"}, true}, // TiDB
+		{&mysql.MySQLError{Number: 1105, Message: "other error"}, false},
 		{sql.ErrNoRows, false},
 	} {
 		if got := store.Retryable(c.err); got != c.want {
