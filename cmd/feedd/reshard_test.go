@@ -377,7 +377,13 @@ func TestReshardAbort(t *testing.T) {
 
 	bin := feeddBinary(t)
 	p := startFeedd(t, bin, "reshard apply", "reshard", "apply", "--sharding", two, "--batch-size", "2", "--throttle", "5ms")
-	waitFor(t, "apply copying", func() bool { return regexp.MustCompile(`copy +following`).MatchString(p.out.String()) })
+	// Creating the triggers waits for metadata locks, and the tables before
+	// following are copied two rows a batch: a minute on a busy machine.
+	for deadline := time.Now().Add(time.Minute); !regexp.MustCompile(`copy +following`).MatchString(p.out.String()); time.Sleep(20 * time.Millisecond) {
+		if p.exited() || time.Now().After(deadline) {
+			t.Fatalf("reshard apply did not reach copying following: %v\n%s", p.err, p.out.String())
+		}
+	}
 	p.kill()
 	runFeedd(t, bin, "reshard", "abort", "--sharding", two, "--progress=false")
 	db, err := sql.Open("mysql", dsnB)
