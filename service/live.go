@@ -466,9 +466,9 @@ func newLiveMetrics(reg prometheus.Registerer) *liveMetrics {
 		snapshotStreams: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "feed_live_snapshot_streams", Help: "Live and preview streams one session's snapshot holds.",
 			Buckets: []float64{0, 1, 2, 5, 10, 20, 50, 100, 500}}),
+		replaysTrimmed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "feed_replays_trimmed_rows_total", Help: "Replays-list rows removed by retention."}),
 	}
-	m.replaysTrimmed = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "feed_replays_trimmed_rows_total", Help: "Replays-list rows removed by retention."})
 	reg.MustRegister(m.sessions, m.cleaned, m.snapshotStreams, m.replaysTrimmed)
 	return m
 }

@@ -43,6 +43,18 @@ const deleteFollowingSQL = `DELETE FROM following WHERE user_id = ? AND author_i
 
 const purgeAuthorSQL = `DELETE FROM inbox WHERE user_id = ? AND author_id = ?`
 
+// purgeAuthor takes the author's posts out of the user's inbox and the
+// author's replays out of the user's replays list, in tx: what an unfollow
+// or a mute removes from the user's view.
+func purgeAuthor(ctx context.Context, tx *sqlx.Tx, userID, authorID uint64) error {
+	for _, q := range []string{purgeAuthorSQL, purgeHostReplaysSQL} {
+		if _, err := tx.ExecContext(ctx, q, userID, authorID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // queueFollowEventSQL keeps one pending event per pair: a repeat bumps the
 // version, so pending operations collapse to the last one.
 const queueFollowEventSQL = `INSERT INTO follow_events (user_id, author_id, created_at) VALUES (?, ?, ?)
@@ -114,10 +126,8 @@ func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64
 		if deleted, err := affected(tx.ExecContext(ctx, deleteFollowingSQL, userID, authorID)); err != nil || !deleted {
 			return err
 		}
-		for _, q := range []string{purgeAuthorSQL, purgeHostReplaysSQL} {
-			if _, err := tx.ExecContext(ctx, q, userID, authorID); err != nil {
-				return err
-			}
+		if err := purgeAuthor(ctx, tx, userID, authorID); err != nil {
+			return err
 		}
 		if _, err := tx.ExecContext(ctx, recountPullsSQL, userID, userID); err != nil {
 			return err
@@ -374,14 +384,10 @@ func (s *Store) RunSwitchBatch(ctx context.Context, job *SwitchJob, size int, le
 		return false, wrap("switch batch", err)
 	}
 	for sh, ids := range s.groupByShard(users) {
-		q, args, err := sqlx.In(markPullSQL, ids, job.AuthorID)
-		if err != nil {
-			return false, err
-		}
 		if err := sh.markPulls(ctx, ids); err != nil {
 			return false, wrap("switch batch", err)
 		}
-		if _, err := sh.pool(ctx).ExecContext(ctx, q, args...); err != nil {
+		if err := execIn(ctx, sh.pool(ctx), markPullSQL, ids, job.AuthorID); err != nil {
 			return false, wrap("switch batch", err)
 		}
 	}

@@ -104,10 +104,8 @@ func (s *Store) SetFilter(ctx context.Context, f Filter, userID, authorID uint64
 			if _, err := tx.ExecContext(ctx, muteEdgeSQL, userID, authorID); err != nil {
 				return err
 			}
-			for _, q := range []string{purgeAuthorSQL, purgeHostReplaysSQL} {
-				if _, err := tx.ExecContext(ctx, q, userID, authorID); err != nil {
-					return err
-				}
+			if err := purgeAuthor(ctx, tx, userID, authorID); err != nil {
+				return err
 			}
 		case was && !is:
 			if backfill, err = affected(tx.ExecContext(ctx, unmuteEdgeSQL, PullPending, userID, authorID)); err != nil {

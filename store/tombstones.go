@@ -88,12 +88,9 @@ func (s *Store) PurgeTombstones(ctx context.Context, sh *Shard, before int64, li
 	return len(ids), failed
 }
 
-// execIn runs q with its IN lists expanded, one list of ids each.
-func execIn(ctx context.Context, ex sqlx.ExecerContext, q string, lists ...[]uint64) error {
-	args := make([]any, len(lists))
-	for i, l := range lists {
-		args[i] = l
-	}
+// execIn runs q with its IN lists expanded (sqlx.In: a slice argument
+// fills an IN (?)).
+func execIn(ctx context.Context, ex sqlx.ExecerContext, q string, args ...any) error {
 	q, args, err := sqlx.In(q, args...)
 	if err != nil {
 		return err
