@@ -387,7 +387,7 @@ func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uin
 	ctx = s.pin(ctx)
 	var t *Task
 	var res BatchResult
-	err := inBatchTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
+	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
 		var ready []Task
 		t, res = nil, BatchResult{}
 		args := []any{now}
@@ -433,7 +433,7 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 	ctx = s.pin(ctx)
 	var res BatchResult
 	home := s.ShardOf(t.AuthorID)
-	err := inBatchTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
+	err := inTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
 		var seq int
 		err := tx.GetContext(ctx, &seq, lockClaimedTaskSQL, t.ContentID, t.Seq, t.Token, t.Retract)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -559,7 +559,7 @@ func (s *Store) onTarget(ctx context.Context, target *Shard, opt BatchOptions, f
 		defer cancel()
 	}
 	var n int64
-	err := inBatchTx(ctx, target.pool(ctx), func(tx *sqlx.Tx) error {
+	err := inTx(ctx, target.pool(ctx), func(tx *sqlx.Tx) error {
 		var err error
 		n, err = fn(ctx, tx)
 		return err

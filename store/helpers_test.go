@@ -44,6 +44,7 @@ func TestMain(m *testing.M) {
 	}
 	store.ObserveStatements(observe)
 	code := m.Run()
+	storetest.RemoveServerTemplate()
 	if report := checkRouting(); code == 0 && report != "" {
 		fmt.Fprint(os.Stderr, report)
 		code = 1

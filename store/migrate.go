@@ -47,11 +47,27 @@ func hasPendingMigrations(ctx context.Context, db *sql.DB) (bool, error) {
 	return p.HasPending(ctx)
 }
 
-// Migrate creates each shard's database if it is missing and applies the
-// embedded migrations to it.
+// Migrate creates each shard's database if it is missing, applies the
+// embedded migrations to it and puts an empty inbox in the map's
+// InboxEngine. It refuses a populated inbox in another engine: converting
+// one copies every row, a step for MigrateConverting, not for a start.
 func (s *Store) Migrate(ctx context.Context, log *slog.Logger) error {
+	return s.migrate(ctx, log, nil)
+}
+
+// MigrateConverting is Migrate converting populated inboxes too, online,
+// telling progress how the copy advances.
+func (s *Store) MigrateConverting(ctx context.Context, log *slog.Logger, progress func(ConvertProgress)) error {
+	if progress == nil {
+		progress = func(ConvertProgress) {}
+	}
+	return s.migrate(ctx, log, progress)
+}
+
+// migrate converts populated inboxes when progress is set.
+func (s *Store) migrate(ctx context.Context, log *slog.Logger, progress func(ConvertProgress)) error {
 	for _, sh := range s.shards {
-		if err := migrateShard(ctx, sh, log); err != nil {
+		if err := migrateShard(ctx, sh, s.engine, log, progress); err != nil {
 			return err
 		}
 	}
@@ -61,7 +77,7 @@ func (s *Store) Migrate(ctx context.Context, log *slog.Logger) error {
 // MigrateDatabase does what Migrate does for one database named by a DSN:
 // for tools that reach databases outside a Store, such as the new ones of
 // a reshard.
-func MigrateDatabase(ctx context.Context, name, dsn string, log *slog.Logger) error {
+func MigrateDatabase(ctx context.Context, name, dsn string, e Engine, log *slog.Logger) error {
 	sh, err := openShard(name, DatabaseConfig{DSN: dsn, Connections: Connections{Read: 1, Write: 1, Workers: 2}}, noEpochs)
 	if err != nil {
 		return fmt.Errorf("store: database %q: %w", name, err)
@@ -72,14 +88,18 @@ func MigrateDatabase(ctx context.Context, name, dsn string, log *slog.Logger) er
 		}
 		sh.conn.Close()
 	}()
-	return migrateShard(ctx, sh, log)
+	return migrateShard(ctx, sh, e, log, nil)
 }
 
-func migrateShard(ctx context.Context, sh *Shard, log *slog.Logger) error {
+func migrateShard(ctx context.Context, sh *Shard, e Engine, log *slog.Logger, progress func(ConvertProgress)) error {
+	e, err := ParseEngine(string(e))
+	if err != nil {
+		return err
+	}
 	if err := createDatabase(ctx, sh.DB.DriverName(), sh.dsn); err != nil {
 		return fmt.Errorf("store: migrate shard %s: %w", sh.Name, classify(err))
 	}
-	res, version, err := migrateLocked(ctx, sh)
+	res, version, err := migrateLocked(ctx, sh, func() error { return convertInbox(ctx, sh, e, log, progress) })
 	if err != nil {
 		return fmt.Errorf("store: migrate shard %s: %w", sh.Name, classify(err))
 	}
@@ -87,10 +107,10 @@ func migrateShard(ctx context.Context, sh *Shard, log *slog.Logger) error {
 	return nil
 }
 
-// migrateLocked applies the migrations to the shard under the database's
-// migrate lock. The lock lives on a connection of its own pool, so it never
+// migrateLocked applies the migrations to the shard, then runs after, under
+// the database's migrate lock. The lock lives on a connection of its own pool, so it never
 // takes one of the connections goose needs, however small the shard's pool.
-func migrateLocked(ctx context.Context, sh *Shard) (res []*goose.MigrationResult, version int64, err error) {
+func migrateLocked(ctx context.Context, sh *Shard, after func() error) (res []*goose.MigrationResult, version int64, err error) {
 	lockDB, err := sql.Open(sh.DB.DriverName(), sh.dsn)
 	if err != nil {
 		return nil, 0, err
@@ -119,8 +139,10 @@ func migrateLocked(ctx context.Context, sh *Shard) (res []*goose.MigrationResult
 	if res, err = p.Up(ctx); err != nil {
 		return nil, 0, err
 	}
-	version, err = p.GetDBVersion(ctx)
-	return res, version, err
+	if version, err = p.GetDBVersion(ctx); err != nil {
+		return nil, 0, err
+	}
+	return res, version, after()
 }
 
 // createDatabase connects without a database name and creates the DSN's

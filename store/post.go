@@ -177,7 +177,11 @@ func (s *Store) DeletePost(ctx context.Context, authorID, contentID uint64) erro
 
 // retractDelivery drops a deleted item's fan-out tasks and sends its
 // delivery back to planning as a retraction, taking the task rows' locks
-// before the delivery row's, the order batches take them in.
+// before the delivery row's, the order batches take them in. A plan that
+// held the delivery row meanwhile has committed new tasks by the time its
+// lock is ours, and no gap lock kept it from doing so: the tasks are
+// dropped again after it, or the retraction's own plan would find their
+// keys taken.
 func retractDelivery(ctx context.Context, tx *sqlx.Tx, contentID uint64) error {
 	var tasks []int
 	if err := tx.SelectContext(ctx, &tasks, lockTasksSQL, contentID); err != nil {
@@ -187,10 +191,8 @@ func retractDelivery(ctx context.Context, tx *sqlx.Tx, contentID uint64) error {
 	if err := tx.GetContext(ctx, &state, lockDeliverySQL, contentID); err != nil {
 		return err
 	}
-	if len(tasks) > 0 {
-		if _, err := tx.ExecContext(ctx, dropTasksSQL, contentID); err != nil {
-			return err
-		}
+	if _, err := tx.ExecContext(ctx, dropTasksSQL, contentID); err != nil {
+		return err
 	}
 	_, err := tx.ExecContext(ctx, replanRetractSQL, contentID)
 	return err

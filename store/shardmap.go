@@ -40,6 +40,10 @@ type ShardMap struct {
 	Databases map[string]DatabaseConfig `yaml:"databases"`
 	// Ranges assigns every virtual shard to exactly one database.
 	Ranges []RangeConfig `yaml:"ranges"`
+	// InboxEngine is the engine of every database's inbox (empty: InnoDB).
+	// It comes from FEED_INBOX_ENGINE, not from the file: it is the
+	// deployment's, and the same for every database.
+	InboxEngine Engine `yaml:"-"`
 }
 
 // DatabaseConfig is one MySQL server (or schema) holding some virtual shards.

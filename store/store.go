@@ -56,6 +56,7 @@ type Store struct {
 	routes    atomic.Pointer[routing]
 	refreshMu sync.Mutex    // one Refresh at a time
 	stale     chan struct{} // see Stale
+	engine    Engine
 }
 
 // Open connects to every database of the map. It does not ping: use
@@ -66,7 +67,11 @@ func Open(m *ShardMap) (*Store, error) {
 		return nil, err
 	}
 	byName := map[string]*Shard{}
-	s := &Store{byName: byName, stale: make(chan struct{}, 1)}
+	engine, err := ParseEngine(string(m.InboxEngine))
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{byName: byName, stale: make(chan struct{}, 1), engine: engine}
 	s.routes.Store(&routing{})
 	epochs := epochSource{current: s.Epoch, fenced: s.wake}
 	for name, cfg := range m.Databases {
@@ -193,29 +198,26 @@ func affected(r sql.Result, err error) (bool, error) {
 	return n > 0, err
 }
 
-// inTx runs fn in a transaction on db, retrying deadlocks, lock wait
-// timeouts and snapshot conflicts a few times: InnoDB resolves them by
-// rolling one side back, and every write here is safe to replay.
+// inTx runs fn in a READ COMMITTED transaction on db, retrying deadlocks,
+// lock wait timeouts and snapshot conflicts a few times: the server
+// resolves them by rolling one side back, and every write here is safe to
+// replay.
+//
+// Correctness rests on the rows a transaction locks (FOR UPDATE, or by
+// writing them), never on a snapshot or a gap lock, so every transaction
+// reads the latest committed rows at each statement. That is what makes it
+// correct alike on InnoDB, on MyRocks (whose REPEATABLE READ reads the
+// snapshot of a transaction's first statement, even in a DELETE's scan,
+// and takes no gap locks) and on TiDB (whose REPEATABLE READ reads the
+// transaction's start): an unfollow's purge must see the entries a fan-out
+// committed a moment ago, and a follow's count the edge another follow
+// just added. It also keeps InnoDB from locking gaps and the entry past a
+// range's end, so fan-out batches over adjacent ranges run side by side.
 func inTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
-	return retryTx(ctx, db, nil, fn)
-}
-
-// batchTx is the isolation of fan-out batches. Every read in a batch locks
-// (FOR UPDATE), so no snapshot is needed; READ COMMITTED keeps InnoDB from
-// locking gaps and the entry past the end of a range, so the batches of
-// one post, over adjacent ranges, run side by side.
-var batchTx = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
-
-// inBatchTx is inTx for a fan-out batch's transactions (batchTx).
-func inBatchTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
-	return retryTx(ctx, db, batchTx, fn)
-}
-
-func retryTx(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
 	const attempts = 4
 	var err error
 	for i := range attempts {
-		if err = runTx(ctx, db, opts, fn); err == nil || !Retryable(err) {
+		if err = runTx(ctx, db, fn); err == nil || !Retryable(err) {
 			break
 		}
 		select {
@@ -227,8 +229,10 @@ func retryTx(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions, fn func(tx *
 	return err
 }
 
-func runTx(ctx context.Context, db *sqlx.DB, opts *sql.TxOptions, fn func(tx *sqlx.Tx) error) error {
-	tx, err := db.BeginTxx(ctx, opts)
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
+func runTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+	tx, err := db.BeginTxx(ctx, readCommitted)
 	if err != nil {
 		return classify(err)
 	}

@@ -110,6 +110,7 @@ var scatters = []struct{ contains, why string }{
 	{"reshard", "reshard state, one per database"},
 	{"backdates", "backdate counter row, one per database"},
 	{"goose_db_version", "migration bookkeeping"},
+	{"FROM inbox LIMIT 1", "inbox engine conversion: whether a database's inbox holds rows"},
 }
 
 var tableRefRE = regexp.MustCompile("(?i)\\b(?:FROM|JOIN|INTO|UPDATE)\\s+`?(\\w+)`?(?:\\s+(?:AS\\s+)?(\\w+))?")

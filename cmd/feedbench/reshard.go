@@ -355,7 +355,7 @@ func (b *bench) loadReshardSource(ctx context.Context, src *store.Store) error {
 // shards, and runs INSERT … SELECT across the two databases, ceilingIDs
 // ids a statement. It records the rows copied and the time of both parts.
 func (b *bench) reshardCeiling(ctx context.Context, source, target string, res *reshardResult) error {
-	if err := store.MigrateDatabase(ctx, "ceiling", b.dsnOf(target), slog.New(slog.DiscardHandler)); err != nil {
+	if err := store.MigrateDatabase(ctx, "ceiling", b.dsnOf(target), store.InnoDB, slog.New(slog.DiscardHandler)); err != nil {
 		return err
 	}
 	db, err := sqlx.Open("mysql", b.dsnOf(source))

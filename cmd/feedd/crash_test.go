@@ -43,7 +43,7 @@ func feeddBinary(t *testing.T) string {
 	t.Helper()
 	build.once.Do(func() {
 		var root string
-		if root, build.err = moduleRoot(); build.err != nil {
+		if root, build.err = storetest.ModuleRoot(); build.err != nil {
 			return
 		}
 		if build.dir, build.err = os.MkdirTemp("", "feedd-crash-"); build.err != nil {
@@ -67,25 +67,6 @@ func removeBuild() {
 	}
 }
 
-// moduleRoot walks up from the working directory (the package's, under go
-// test) to the directory holding go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // goTool is the go command: the one on PATH, else the toolchain's own.
 func goTool() string {
 	if p, err := exec.LookPath("go"); err == nil {
@@ -95,9 +76,11 @@ func goTool() string {
 }
 
 // childEnv is the environment of feedd subprocesses: the test's without any
-// FEED_ setting, so only the flags configure them.
+// FEED_ setting, so only the flags configure them, but for the inbox engine
+// of the tests' stores (storetest.EnvEngine).
 func childEnv() []string {
-	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "FEED_") })
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "FEED_") })
+	return append(env, "FEED_INBOX_ENGINE="+os.Getenv(storetest.EnvEngine))
 }
 
 // proc is a feedd subprocess.
@@ -169,16 +152,24 @@ func (p *proc) stop(t *testing.T, timeout time.Duration) {
 // its DSN, a store on it, and a raw connection for checks (closed at cleanup).
 func crashDatabase(t *testing.T) (bin, dsn string, st *store.Store, raw *sql.DB) {
 	t.Helper()
-	bin = feeddBinary(t)
 	dsn = storetest.DatabaseDSN(t)
-	runFeedd(t, bin, "migrate", "--mysql-dsn", dsn)
+	bin, st, raw = crashDatabaseAt(t, dsn)
+	return bin, dsn, st, raw
+}
+
+// crashDatabaseAt is crashDatabase for the database at dsn, migrated with
+// feedd's flags.
+func crashDatabaseAt(t *testing.T, dsn string, flags ...string) (bin string, st *store.Store, raw *sql.DB) {
+	t.Helper()
+	bin = feeddBinary(t)
+	runFeedd(t, bin, append([]string{"migrate", "--mysql-dsn", dsn}, flags...)...)
 	st = openStore(t, store.SingleShardMap(dsn))
 	raw, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { raw.Close() })
-	return bin, dsn, st, raw
+	return bin, st, raw
 }
 
 // runFeedd runs the binary to completion (e.g. migrate).
@@ -232,13 +223,18 @@ func killPoint(rng *rand.Rand, done, total int64, killsLeft int) (time.Duration,
 // process is killed before anything commits, as on a loaded machine, so up
 // to 4×kills are tried; the test fails if fewer than kills landed. check, if
 // not nil, inspects the state each kill left. It returns the kills tried.
-func killRounds(t *testing.T, rng *rand.Rand, bin string, args []string, kills int, total int64, progress func() int64, check func(k int)) int {
+// A non-nil crash runs at each kill point before the process is killed: a
+// test that crashes the database server too does it there.
+func killRounds(t *testing.T, rng *rand.Rand, bin string, args []string, kills int, total int64, progress func() int64, crash, check func(k int)) int {
 	t.Helper()
 	midway, done, k := 0, int64(0), 0
 	for ; midway < kills && done < total && k < 4*kills; k++ {
 		delay, target := killPoint(rng, done, total, kills-midway)
 		p := startFeedd(t, bin, fmt.Sprintf("feedd #%d", k), args...)
 		waited := waitKillPoint(t, p, delay, target, progress)
+		if crash != nil {
+			crash(k)
+		}
 		p.kill()
 		n := progress()
 		t.Logf("kill %d after %s (delay %s, target %d): %d of %d done",
@@ -340,6 +336,22 @@ func snapshotFanout(t *testing.T, db *sql.DB, contentID uint64) fanoutSnapshot {
 func TestCrashFanout(t *testing.T) {
 	skipShort(t)
 	t.Parallel()
+	crashFanout(t, nil)
+}
+
+// TestCrashServerFanout is TestCrashFanout with the inbox in MyRocks and the
+// database server SIGKILLed at each kill as well. A batch's inbox rows
+// (RocksDB) and its progress (InnoDB) commit in both engines or in
+// neither: two-phase commit, coordinated by the server's tc.log.
+func TestCrashServerFanout(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	crashFanout(t, storetest.StartRocksDBServer(t))
+}
+
+// crashFanout SIGKILLs feedd, and the server srv too when it is given (its
+// database then holds the inbox in rocksdb), while a post fans out.
+func crashFanout(t *testing.T, srv *storetest.Server) {
 	// Small batches keep the fan-out running across the kills: each
 	// restart resumes from the progress mark, so every kill lands mid-way.
 	followers, kills, batch := 3000, 5, 50
@@ -351,7 +363,22 @@ func TestCrashFanout(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	ctx := context.Background()
 
-	bin, dsn, st, raw := crashDatabase(t)
+	var bin, dsn string
+	var st *store.Store
+	var raw *sql.DB
+	var crash func(k int)
+	var flags []string
+	if srv == nil {
+		bin, dsn, st, raw = crashDatabase(t)
+	} else {
+		flags = []string{"--inbox-engine=rocksdb"}
+		dsn = srv.DSN + "feed"
+		bin, st, raw = crashDatabaseAt(t, dsn, flags...)
+		crash = func(int) {
+			srv.Kill()
+			srv.Restart(t)
+		}
+	}
 
 	const author = 42
 	users, post := seedFanout(t, st, author, followers)
@@ -359,9 +386,10 @@ func TestCrashFanout(t *testing.T) {
 	args := []string{"serve", "--mysql-dsn", dsn, "--api=false", "--workers=true",
 		"--lease=1s", "--poll-interval=20ms", "--batch-size=" + strconv.Itoa(batch), "--task-size=1000",
 		"--worker-concurrency=4", "--push-threshold=" + strconv.Itoa(10*followers), "--soft-stop=5s"}
+	args = append(args, flags...)
 	start := time.Now()
 	delivered := func() int64 { return snapshotFanout(t, raw, post.ContentID).Delivered }
-	tried := killRounds(t, rng, bin, args, kills, int64(followers), delivered, func(k int) {
+	tried := killRounds(t, rng, bin, args, kills, int64(followers), delivered, crash, func(k int) {
 		s := snapshotFanout(t, raw, post.ContentID)
 		t.Logf("kill %d: state %d, delivered %d/%d, inbox rows %d", k, s.State, s.Delivered, followers, s.Rows)
 		if s.Rows != s.Delivered+1 {
@@ -479,7 +507,7 @@ func TestCrashBackfill(t *testing.T) {
 		}
 		return numFollows - left
 	}
-	tried := killRounds(t, rng, bin, args, kills, numFollows, applied, nil)
+	tried := killRounds(t, rng, bin, args, kills, numFollows, applied, nil, nil)
 	p = startFeedd(t, bin, "feedd final", args...)
 	waitIdle(t, st, time.Minute)
 	p.stop(t, 10*time.Second)
@@ -606,7 +634,7 @@ func TestCrashFanoutSharded(t *testing.T) {
 		"--lease=1s", "--poll-interval=20ms", "--batch-size=" + strconv.Itoa(batch), "--task-size=500",
 		"--worker-concurrency=4", "--push-threshold=" + strconv.Itoa(10*followers), "--soft-stop=5s"}
 	delivered := func() int64 { return snapshotFanout(t, home, post.ContentID).Delivered }
-	killRounds(t, rng, bin, args, kills, int64(followers), delivered, nil)
+	killRounds(t, rng, bin, args, kills, int64(followers), delivered, nil, nil)
 	p := startFeedd(t, bin, "feedd final", args...)
 	waitIdle(t, st, 2*time.Minute)
 	p.stop(t, 10*time.Second)
@@ -745,7 +773,7 @@ func TestCrashSmallPosts(t *testing.T) {
 		"--lease=1s", "--poll-interval=20ms", "--batch-size=" + strconv.Itoa(batch),
 		"--worker-concurrency=4", "--soft-stop=5s"}
 	progress := func() int64 { done, _ := state(); return int64(len(done)) }
-	killRounds(t, rng, bin, args, kills, int64(len(posts)), progress, func(k int) {
+	killRounds(t, rng, bin, args, kills, int64(len(posts)), progress, nil, func(k int) {
 		done, rows := state()
 		for _, id := range done {
 			if rows[id] != want[id] {

@@ -148,15 +148,26 @@ func (m *Main) Run(ctx context.Context) error {
 			return err
 		}
 	}
+	shardMap.InboxEngine = store.Engine(m.Config.InboxEngine)
 	st, err := store.Open(shardMap)
 	if err != nil {
 		return err
 	}
 	m.store = st
-	if m.Command == "migrate" || m.Config.AutoMigrate {
-		if err := st.Migrate(ctx, m.Log); err != nil {
-			return err
-		}
+	switch {
+	case m.Command == "migrate":
+		bar := newRowBar(m.Stderr, true)
+		err = st.MigrateConverting(ctx, m.Log, bar.convert)
+		bar.finish()
+	case m.Config.AutoMigrate:
+		err = st.Migrate(ctx, m.Log)
+	}
+	if err != nil {
+		return err
+	}
+	// The inbox engine must be there, set up, and the one the inboxes are in.
+	if err := st.CheckEngine(ctx); err != nil {
+		return err
 	}
 	// The file must lay the data out as the databases say it is laid out.
 	if err := st.CheckLayout(ctx); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/feedhq/feed/httpapi"
 	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store"
 )
 
 // Config is every setting of feedd. Each has a flag and an environment
@@ -17,6 +18,7 @@ import (
 type Config struct {
 	MySQLDSN    string
 	Sharding    string
+	InboxEngine string
 	AutoMigrate bool
 	HTTPAddr    string
 	APIToken    string
@@ -44,6 +46,7 @@ const DrainDelayDefault = 5 * time.Second
 // DefaultConfig returns the contract's defaults.
 func DefaultConfig() Config {
 	return Config{
+		InboxEngine:   string(store.InnoDB),
 		AutoMigrate:   true,
 		HTTPAddr:      ":8080",
 		API:           true,
@@ -66,6 +69,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	s := &c.Service
 	fs.StringVar(&c.MySQLDSN, "mysql-dsn", c.MySQLDSN, "MySQL DSN (go-sql-driver format) of the single shard when no sharding file is given")
 	fs.StringVar(&c.Sharding, "sharding", c.Sharding, "path to sharding.yaml; wins over mysql-dsn")
+	fs.StringVar(&c.InboxEngine, "inbox-engine", c.InboxEngine, "engine of the inbox table: innodb, or rocksdb (MyRocks, with deploy/rocksdb.cnf); feedd migrate converts a populated inbox online")
 	fs.BoolVar(&c.AutoMigrate, "auto-migrate", c.AutoMigrate, "serve: apply migrations at start")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address")
 	fs.StringVar(&c.APIToken, "api-token", c.APIToken, "when set, /v1 requests need 'Authorization: Bearer <token>'")
@@ -131,6 +135,9 @@ func (c *Config) parse(name string, args []string, stderr io.Writer) error {
 	}
 	if c.ReadDeadline <= 0 || c.WriteDeadline <= 0 {
 		return fmt.Errorf("read deadline and write deadline must be > 0")
+	}
+	if _, err := store.ParseEngine(c.InboxEngine); err != nil {
+		return err
 	}
 	if c.DrainDelay < 0 {
 		return fmt.Errorf("drain delay must be >= 0")

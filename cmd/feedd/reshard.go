@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -34,6 +35,7 @@ type reshardConfig struct {
 	Batch    int
 	Throttle time.Duration
 	Progress bool
+	Engine   string
 }
 
 func (c *reshardConfig) parse(args []string, stderr io.Writer) error {
@@ -49,6 +51,7 @@ func (c *reshardConfig) parse(args []string, stderr io.Writer) error {
 	fs.IntVar(&c.Batch, "batch-size", 1000, "rows per statement")
 	fs.DurationVar(&c.Throttle, "throttle", 0, "pause after each batch, to spare a busy server")
 	fs.BoolVar(&c.Progress, "progress", true, "draw a progress bar on stderr")
+	fs.StringVar(&c.Engine, "inbox-engine", cmp.Or(os.Getenv("FEED_INBOX_ENGINE"), string(store.InnoDB)), "the deployment's inbox engine (FEED_INBOX_ENGINE): new databases get their inbox in it")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -57,6 +60,9 @@ func (c *reshardConfig) parse(args []string, stderr io.Writer) error {
 	}
 	if c.Sharding == "" {
 		return fmt.Errorf("reshard %s: --sharding FILE is required", c.Step)
+	}
+	if _, err := store.ParseEngine(c.Engine); err != nil {
+		return err
 	}
 	if c.Batch < 1 {
 		return fmt.Errorf("--batch-size must be >= 1")
@@ -70,6 +76,7 @@ func runReshard(ctx context.Context, c reshardConfig, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	m.InboxEngine = store.Engine(c.Engine)
 	bar := newRowBar(w, c.Progress)
 	opt := reshard.Options{BatchSize: c.Batch, Throttle: c.Throttle, Progress: bar.report}
 	r, err := reshard.Open(ctx, m, opt)
@@ -202,6 +209,11 @@ func (b *rowBar) report(p reshard.Progress) {
 	}
 	b.bar.Describe(fmt.Sprintf("%s %7d moving", name, p.Moved))
 	_ = b.bar.Set64(p.Rows)
+}
+
+// convert draws an inbox engine conversion: every row it copies moves.
+func (b *rowBar) convert(p store.ConvertProgress) {
+	b.report(reshard.Progress{Step: "to " + string(p.To), Table: p.Database + ".inbox", Rows: p.Rows, Moved: p.Rows, Estimate: p.Estimate})
 }
 
 func (b *rowBar) finish() {

@@ -108,7 +108,7 @@ func Open(ctx context.Context, m *store.ShardMap, opt Options) (*Reshard, error)
 	r := &Reshard{dbs: map[string]*sqlx.DB{}, target: target, opt: opt}
 	for name, cfg := range m.Databases {
 		// A database new to the deployment gets the schema first.
-		if err := store.MigrateDatabase(ctx, name, cfg.DSN, opt.Log); err != nil {
+		if err := store.MigrateDatabase(ctx, name, cfg.DSN, m.InboxEngine, opt.Log); err != nil {
 			r.Close()
 			return nil, fmt.Errorf("reshard: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/feedhq/feed/store"
 )
 
 // Server is a throwaway mariadbd of one test: its own data directory and
@@ -29,9 +32,58 @@ type Server struct {
 }
 
 // StartServer initialises and starts a mariadbd with a small buffer pool,
-// stopped when the test ends. The test fails if mariadbd is not installed:
-// a test that cannot reach a database must never pass.
+// stopped when the test ends, able to hold the tests' inbox engine
+// (EnvEngine). The test fails if mariadbd is not installed: a test that
+// cannot reach a database must never pass.
 func StartServer(t testing.TB) *Server {
+	t.Helper()
+	if InboxEngine(t) == store.RocksDB {
+		return StartRocksDBServer(t)
+	}
+	return StartPlainServer(t)
+}
+
+// StartPlainServer is StartServer with no option file and no binary log,
+// then the extra options.
+func StartPlainServer(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	return startServer(t, "--no-defaults", append([]string{"--skip-log-bin"}, extra...))
+}
+
+// StartRocksDBServer is StartPlainServer with the options of deploy/rocksdb.cnf
+// (MyRocks and the inbox's column family) and a small block cache. The
+// test fails if the plugin is not installed (mariadb-plugin-rocksdb).
+func StartRocksDBServer(t testing.TB) *Server {
+	t.Helper()
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
+	return startServer(t, "--defaults-file="+filepath.Join(root, "deploy", "rocksdb.cnf"), []string{"--rocksdb-block-cache-size=64M"})
+}
+
+// ModuleRoot walks up from the working directory (the package's, under go
+// test) to the directory holding go.mod.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// startServer starts mariadbd with defaults, the first option (which
+// option files to read), then the test server's options, then extra.
+func startServer(t testing.TB, defaults string, extra []string) *Server {
 	t.Helper()
 	mariadbd, err := findBinary("mariadbd", "mysqld")
 	if err != nil {
@@ -54,13 +106,14 @@ func StartServer(t testing.TB) *Server {
 	}
 	port := freePort(t)
 	srv := &Server{Port: port, DSN: fmt.Sprintf("root@tcp(127.0.0.1:%d)/", port)}
-	srvArgs := []string{"--no-defaults", "--datadir=" + data, "--tmpdir=" + tmp, "--port=" + strconv.Itoa(port),
+	srvArgs := []string{defaults, "--datadir=" + data, "--tmpdir=" + tmp, "--port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(dir, "sock"), "--skip-name-resolve",
 		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=48M", "--max-connections=300",
-		"--skip-log-bin", "--log-error=" + filepath.Join(dir, "error.log")}
+		"--log-error=" + filepath.Join(dir, "error.log")}
 	if os.Geteuid() == 0 {
 		srvArgs = append(srvArgs, "--user=root")
 	}
+	srvArgs = append(srvArgs, extra...)
 	srv.bin, srv.args, srv.dir = mariadbd, srvArgs, dir
 	t.Cleanup(func() {
 		srv.Resume()

@@ -30,6 +30,22 @@ import (
 // EnvDSN names the variable holding the test server's DSN.
 const EnvDSN = "FEED_TEST_MYSQL_DSN"
 
+// EnvEngine names the variable choosing the inbox engine of the stores
+// tests get (store.ParseEngine: innodb, the default, or rocksdb, which
+// needs a server started with deploy/rocksdb.cnf).
+const EnvEngine = "FEED_TEST_INBOX_ENGINE"
+
+// InboxEngine is the inbox engine of the tests' stores, from EnvEngine.
+// A test that builds its own ShardMap sets it there.
+func InboxEngine(t testing.TB) store.Engine {
+	t.Helper()
+	e, err := store.ParseEngine(os.Getenv(EnvEngine))
+	if err != nil {
+		t.Fatalf("storetest: %s: %v", EnvEngine, err)
+	}
+	return e
+}
+
 var (
 	serverOnce sync.Once
 	serverDSN  string
@@ -164,7 +180,7 @@ func NewShardMap(t testing.TB, opt Options) *store.ShardMap {
 	if conns == 0 {
 		conns = 8
 	}
-	m := &store.ShardMap{VirtualShards: store.DefaultVirtualShards, Databases: map[string]store.DatabaseConfig{}}
+	m := &store.ShardMap{VirtualShards: store.DefaultVirtualShards, Databases: map[string]store.DatabaseConfig{}, InboxEngine: InboxEngine(t)}
 	per := store.DefaultVirtualShards / n
 	for i := range n {
 		name := fmt.Sprintf("db%d", i)
