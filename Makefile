@@ -94,10 +94,29 @@ migrate: ## Run feedd migrate (same database discovery as run)
 build: ## Build bin/feedd
 	$(GO) build -o bin/feedd ./cmd/feedd
 
+# Shell snippet: the DSN of a server with MyRocks and deploy/rocksdb.cnf for
+# the rocksdb passes: FEED_TEST_ROCKSDB_DSN, else .ci/localdb.sh on port 3308
+# (which installs mariadb-plugin-rocksdb when missing).
+ROCKSDB_DSN = { if [ -n "$${FEED_TEST_ROCKSDB_DSN:-}" ]; then echo "$$FEED_TEST_ROCKSDB_DSN"; \
+	else FEED_INBOX_ENGINE=rocksdb FEED_LOCAL_DB_PORT=3308 .ci/localdb.sh; fi; }
+
+# The suites that run again with the inbox in MyRocks: the store and the
+# service, and the SIGKILL crash tests.
+ROCKSDB_TESTS = \
+	FEED_TEST_INBOX_ENGINE=rocksdb $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./store/... ./service && \
+	FEED_TEST_INBOX_ENGINE=rocksdb $(GO) test -count=1 -timeout 15m -run 'TestCrash' $(TESTFLAGS) ./cmd/feedd
+
 .PHONY: test
-test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB
-	@$(WITH_TEST_DB) \
-	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./...
+test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB, then the store, service and crash tests with the inbox in MyRocks
+	@rocksdb="$$($(ROCKSDB_DSN))"; \
+	$(WITH_TEST_DB) \
+	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./... && \
+	FEED_TEST_MYSQL_DSN="$$rocksdb" && $(ROCKSDB_TESTS)
+
+.PHONY: test-rocksdb
+test-rocksdb: ## The store, service and crash tests with the inbox in MyRocks (FEED_TEST_ROCKSDB_DSN, else a local MariaDB on 3308 with deploy/rocksdb.cnf)
+	@export FEED_TEST_MYSQL_DSN="$$($(ROCKSDB_DSN))"; \
+	set -x; $(ROCKSDB_TESTS)
 
 .PHONY: test-tidb
 test-tidb: ## store, service, httpapi and crash tests on an in-process TiDB (tidbtest/; cold build ~7 min, ~2 GB cache)
@@ -120,6 +139,19 @@ test-console: ## Drive the console in headless Chromium against feedd (installs 
 bench: ## Run cmd/feedbench (writes docs/BENCHMARKS.md)
 	@$(WITH_TEST_DB) \
 	set -x; $(GO) run ./cmd/feedbench $(BENCHFLAGS)
+
+# The disk-resident sizes: the InnoDB inbox as loaded (about 130 bytes an
+# entry) is over 8 times the 128 MiB each engine gets.
+DISK_BENCH = -disk -phases ACD -users 28000 -inbox-rows 300 -reader-users 7000 -rounds 4
+
+.PHONY: bench-disk
+bench-disk: ## Disk-resident InnoDB against MyRocks inbox (own server, 128 MiB caches, O_DIRECT; section K of docs/BENCHMARKS.md)
+	@if ! dpkg-query -W -f='$${Status}' mariadb-plugin-rocksdb 2>/dev/null | grep -q "ok installed"; then \
+		[ "$$(id -u)" -eq 0 ] || { echo "make $@: install mariadb-plugin-rocksdb (as root)"; exit 1; }; \
+		echo "make $@: installing mariadb-plugin-rocksdb"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-plugin-rocksdb >/dev/null; \
+	fi
+	set -x; $(GO) run ./cmd/feedbench $(DISK_BENCH) $(BENCHFLAGS)
 
 .PHONY: crash
 crash: ## Run the full crash/recovery tests (FEED_CRASH_FULL=1, -run TestCrash)
@@ -151,8 +183,9 @@ vet: ## go vet ./...
 lint: fmt vet ## fmt + vet
 
 .PHONY: db-stop
-db-stop: ## Stop the local MariaDB started by .ci/localdb.sh
+db-stop: ## Stop the local MariaDB servers started by .ci/localdb.sh (3307, and 3308 with MyRocks)
 	.ci/localdb.sh stop
+	FEED_LOCAL_DB_PORT=3308 .ci/localdb.sh stop
 
 .PHONY: clean
 clean: ## Remove build output (bin/)

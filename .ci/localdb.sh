@@ -15,12 +15,16 @@
 #     .ci/localdb.sh stop          shut the server down cleanly (if it runs)
 #
 # Environment:
-#     FEED_LOCAL_DB_DIR   data directory      (default: $ROOT/.data/mysql)
+#     FEED_LOCAL_DB_DIR   data directory      (default: $ROOT/.data/mysql, or
+#                                             $ROOT/.data/mysql-PORT off 3307)
 #     FEED_LOCAL_DB_PORT  TCP port            (default: 3307)
+#     FEED_INBOX_ENGINE   rocksdb: start the server with deploy/rocksdb.cnf
+#                         (MyRocks, installing mariadb-plugin-rocksdb when
+#                         missing); a server already running without MyRocks
+#                         is an error
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DATADIR="${FEED_LOCAL_DB_DIR:-$ROOT/.data/mysql}"
 PORT="${FEED_LOCAL_DB_PORT:-3307}"
 HOST=127.0.0.1
 RUNDIR="$ROOT/.data"
@@ -28,6 +32,11 @@ RUNDIR="$ROOT/.data"
 # get their own (.data/mysql-3399.sock, ...) so that servers do not collide.
 NAME=mysql
 [ "$PORT" = 3307 ] || NAME="mysql-$PORT"
+DATADIR="${FEED_LOCAL_DB_DIR:-$RUNDIR/$NAME}"
+ROCKSDB=
+case "${FEED_INBOX_ENGINE:-innodb}" in
+[Rr][Oo][Cc][Kk][Ss][Dd][Bb]) ROCKSDB=1 ;;
+esac
 SOCKET="$RUNDIR/$NAME.sock"
 PIDFILE="$RUNDIR/$NAME.pid"
 ERRLOG="$RUNDIR/$NAME.err"
@@ -148,10 +157,25 @@ start)
     ;;
 esac
 
+# has_rocksdb: does the running server have the MyRocks engine?
+has_rocksdb() {
+    [ -n "$CLIENT" ] || return 0
+    [ "$("$CLIENT" --no-defaults -h"$HOST" -P"$PORT" -uroot --connect-timeout=5 -N \
+        -e "SELECT COUNT(*) FROM information_schema.ENGINES WHERE ENGINE = 'ROCKSDB' AND SUPPORT IN ('YES', 'DEFAULT')" 2>/dev/null)" = 1 ]
+}
+
+# ready: the running server will do; print the DSN.
+ready() {
+    can_login || log "warning: a server answers on $HOST:$PORT but root cannot log in with an empty password"
+    if [ -n "$ROCKSDB" ] && ! has_rocksdb; then
+        die "the server on $HOST:$PORT runs without MyRocks; stop it (.ci/localdb.sh stop, or make db-stop) and run again with FEED_INBOX_ENGINE=rocksdb"
+    fi
+    finish
+}
+
 # 1. Already running? Just print the DSN.
 if alive; then
-    can_login || log "warning: a server answers on $HOST:$PORT but root cannot log in with an empty password"
-    finish
+    ready
 fi
 
 # Serialise concurrent starts (e.g. two `make test` at once) and re-check.
@@ -160,9 +184,32 @@ if command -v flock >/dev/null 2>&1; then
     exec 9>"$RUNDIR/$NAME.lock"
     flock -w 180 9 || die "timed out waiting for $RUNDIR/$NAME.lock"
     if alive; then
-        finish
+        ready
     fi
 fi
+
+# apt_install installs Debian packages, keeping their postinst from failing
+# when it cannot start or restart the system service (containers without
+# an init): only the files are needed. Returns apt-get's status.
+apt_install() {
+    local policy=/usr/sbin/policy-rc.d added= rc=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod +x "$policy"
+        added=1
+    fi
+    {
+        apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+    } >&2 || rc=$?
+    # If a postinst still bailed out, finish configuring what it can.
+    if [ "$rc" -ne 0 ]; then
+        log "apt-get install returned $rc; trying dpkg --configure -a"
+        DEBIAN_FRONTEND=noninteractive dpkg --configure -a >&2 || true
+    fi
+    [ -z "$added" ] || rm -f "$policy"
+    return "$rc"
+}
 
 # 2. Make sure the server binaries exist.
 MARIADBD="$(find_bin mariadbd mysqld || true)"
@@ -174,36 +221,26 @@ if [ -z "$MARIADBD" ]; then
     command -v apt-get >/dev/null 2>&1 ||
         die "mariadbd not found and apt-get unavailable: install mariadb-server or set FEED_MYSQL_DSN / FEED_TEST_MYSQL_DSN"
     log "mariadbd not found; installing mariadb-server with apt-get"
-    # Keep the Debian postinst from failing when it cannot start the system
-    # service (containers without an init): we only need the binaries.
-    POLICY=/usr/sbin/policy-rc.d
-    POLICY_ADDED=
-    if [ ! -e "$POLICY" ]; then
-        printf '#!/bin/sh\nexit 101\n' >"$POLICY"
-        chmod +x "$POLICY"
-        POLICY_ADDED=1
-        trap 'rm -f "$POLICY"' EXIT
-    fi
     rc=0
-    {
-        apt-get update -qq &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server
-    } >&2 || rc=$?
-    # If the postinst still bailed out, finish configuring what it can.
-    if [ "$rc" -ne 0 ]; then
-        log "apt-get install returned $rc; trying dpkg --configure -a"
-        DEBIAN_FRONTEND=noninteractive dpkg --configure -a >&2 || true
-    fi
-    if [ -n "$POLICY_ADDED" ]; then
-        rm -f "$POLICY"
-        trap - EXIT
-    fi
+    apt_install mariadb-server || rc=$?
     MARIADBD="$(find_bin mariadbd mysqld || true)"
     INSTALL_DB="$(find_bin mariadb-install-db mysql_install_db || true)"
     ADMIN="$(find_bin mariadb-admin mysqladmin || true)"
     CLIENT="$(find_bin mariadb mysql || true)"
     [ -n "$MARIADBD" ] ||
         die "mariadb-server installation failed (apt-get rc=$rc); install mariadb-server or set FEED_MYSQL_DSN / FEED_TEST_MYSQL_DSN"
+fi
+
+# MyRocks: Debian's plugin package, and the project's option file.
+DEFAULTS=(--no-defaults)
+if [ -n "$ROCKSDB" ]; then
+    if command -v dpkg-query >/dev/null 2>&1 && ! dpkg-query -W -f='${Status}' mariadb-plugin-rocksdb 2>/dev/null | grep -q "ok installed"; then
+        [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1 ||
+            die "FEED_INBOX_ENGINE=rocksdb needs MyRocks: install mariadb-plugin-rocksdb (as root)"
+        log "installing mariadb-plugin-rocksdb with apt-get"
+        apt_install mariadb-plugin-rocksdb || die "installing mariadb-plugin-rocksdb failed"
+    fi
+    DEFAULTS=(--defaults-file="$ROOT/deploy/rocksdb.cnf")
 fi
 
 USER_ARGS=()
@@ -250,7 +287,7 @@ fi
 # 4. Start the server in the background, detached from this shell.
 rm -f "$SOCKET" "$PIDFILE"
 log "starting $MARIADBD on $HOST:$PORT (data: $DATADIR, log: $ERRLOG)"
-setsid nohup "$MARIADBD" --no-defaults \
+setsid nohup "$MARIADBD" "${DEFAULTS[@]}" \
     "${USER_ARGS[@]}" \
     --datadir="$DATADIR" \
     --port="$PORT" \

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store"
 )
 
 // envDSN names the variable holding the server DSN, as `make bench` sets it.
@@ -73,6 +74,13 @@ type options struct {
 
 	deepOptions // phase P
 
+	InboxEngine string // the service's FEED_INBOX_ENGINE
+
+	// Disk: make bench-disk (disk.go).
+	Disk       bool
+	DiskDir    string
+	RocksDBCnf string
+
 	CPUProfile string
 }
 
@@ -110,6 +118,9 @@ func defaultOptions() options {
 		StreamIdle:       10 * time.Second,
 		StreamPosts:      200,
 		LiveViewers:      200,
+		InboxEngine:      string(store.InnoDB),
+		DiskDir:          ".data/bench-disk",
+		RocksDBCnf:       "deploy/rocksdb.cnf",
 	}
 }
 
@@ -180,6 +191,10 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.StreamPosts, "stream-posts", o.StreamPosts, "S: posts timed from publish to their stream event")
 	fs.IntVar(&o.LiveViewers, "live-viewers", o.LiveViewers, "L: viewers following each of 5, 10 and 100 hosts")
 	o.deepOptions.flags(fs)
+	fs.StringVar(&o.InboxEngine, "inbox-engine", o.InboxEngine, "the inbox table's engine, innodb or rocksdb (feedd --inbox-engine)")
+	fs.BoolVar(&o.Disk, "disk", false, "make bench-disk: start a server of its own with small caches and direct I/O, run the phases for each inbox engine, write the side-by-side section into -out")
+	fs.StringVar(&o.DiskDir, "disk-dir", o.DiskDir, "-disk: the server's data directory (on the disk to measure; emptied first)")
+	fs.StringVar(&o.RocksDBCnf, "rocksdb-cnf", o.RocksDBCnf, "-disk: the server's option file")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -202,10 +217,16 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 		o.DSN = os.Getenv(envDSN)
 	}
 	o.Phases = strings.ToUpper(o.Phases)
+	if e, err := store.ParseEngine(o.InboxEngine); err == nil {
+		o.InboxEngine = string(e)
+	}
 	return o, o.validate()
 }
 
 func (o options) validate() error {
+	if _, err := store.ParseEngine(o.InboxEngine); err != nil {
+		return fmt.Errorf("-inbox-engine: %w", err)
+	}
 	switch {
 	case o.Users < 1 || o.InboxRows < 1:
 		return fmt.Errorf("-users and -inbox-rows must be >= 1")

@@ -56,31 +56,49 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if opt.Disk {
+		return runDisk(ctx, opt, args, log)
+	}
+	rep, err := measure(ctx, opt, args, log)
+	if err != nil {
+		return err
+	}
+	if err := rep.write(opt.Out); err != nil {
+		return err
+	}
+	log.Info("feedbench: report written", "file", opt.Out, "elapsed", rep.Elapsed.Round(time.Second))
+	return nil
+}
+
+// measure runs the phases on a database of their own and returns the report.
+func measure(ctx context.Context, opt options, args []string, log *slog.Logger) (rep *report, err error) {
 	server := opt.DSN
 	if server == "" {
 		dsn, stop, err := startContainer(ctx, log)
 		if err != nil {
-			return fmt.Errorf("%s is not set and no MySQL container could be started: %w", envDSN, err)
+			return nil, fmt.Errorf("%s is not set and no MySQL container could be started: %w", envDSN, err)
 		}
 		defer stop()
 		server = dsn
 	}
 	cfg, err := mysql.ParseDSN(server)
 	if err != nil {
-		return fmt.Errorf("bad server dsn: %w", err)
+		return nil, fmt.Errorf("bad server dsn: %w", err)
 	}
 	addr := cfg.Addr
 	cfg.DBName = uniqueDatabaseName()
-	st, err := store.Open(store.SingleShardMap(cfg.FormatDSN()))
+	m := store.SingleShardMap(cfg.FormatDSN())
+	m.InboxEngine = store.Engine(opt.InboxEngine)
+	st, err := store.Open(m)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer st.Close()
 	log.Info("feedbench: creating database", "database", cfg.DBName, "addr", addr)
 	// Cleanup runs even when ctx was cancelled by a signal.
 	cleanup := context.WithoutCancel(ctx)
 	if err := st.Migrate(ctx, log); err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		if opt.Keep {
@@ -107,7 +125,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	}
 	stk, err := startStack(st, svcCfg, deadline, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		if cerr := stk.close(); cerr != nil && err == nil {
@@ -126,21 +144,17 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	}
 	b.rep.PullCacheTTL = stk.svc.Config().PullCacheTTL
 	if b.rep.Server, err = readServerInfo(ctx, b.db); err != nil {
-		return err
+		return nil, err
 	}
 	log.Info("feedbench: server", "version", b.rep.Server.Version, "buffer_pool_bytes", b.rep.Server.BufferPoolBytes)
 	stopWatch := b.watchSharedServer(ctx)
 	if err := b.phases(ctx); err != nil {
 		stopWatch()
-		return err
+		return nil, err
 	}
 	stopWatch()
 	b.rep.Elapsed = time.Since(b.rep.Start)
-	if err := b.rep.write(opt.Out); err != nil {
-		return err
-	}
-	log.Info("feedbench: report written", "file", opt.Out, "elapsed", b.rep.Elapsed.Round(time.Second))
-	return nil
+	return b.rep, nil
 }
 
 // phases loads the data and runs the phases asked for, in an order that

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/feedhq/feed/store"
+)
+
+// The disk-resident run (make bench-disk) gives each engine the same
+// memory: a 128 MiB InnoDB buffer pool and a 128 MiB RocksDB block cache,
+// both read with direct I/O, so the OS page cache does not hold what the
+// engines do not.
+const (
+	diskCacheBytes = 128 << 20
+	diskBegin      = "<!-- feedbench -disk: begin -->"
+	diskEnd        = "<!-- feedbench -disk: end -->"
+)
+
+// diskEngines are measured in this order, on one server.
+var diskEngines = []store.Engine{store.InnoDB, store.RocksDB}
+
+// runDisk starts a server of its own, runs the phases once per inbox
+// engine on it and writes the side-by-side section into opt.Out, between
+// diskBegin and diskEnd in the text that make bench keeps.
+func runDisk(ctx context.Context, opt options, args []string, log *slog.Logger) error {
+	srv, err := startDiskServer(ctx, opt, log)
+	if err != nil {
+		return err
+	}
+	defer srv.stop(log)
+	start := time.Now()
+	var reps []*report
+	for _, e := range diskEngines {
+		o := opt
+		o.DSN, o.InboxEngine = srv.dsn, string(e)
+		log.Info("feedbench: disk-resident run", "engine", e)
+		rep, err := measure(ctx, o, args, log)
+		if err != nil {
+			return fmt.Errorf("%s: %w", e, err)
+		}
+		reps = append(reps, rep)
+	}
+	var b bytes.Buffer
+	renderDisk(&b, opt, args, srv, reps, time.Since(start))
+	if err := writeDiskSection(opt.Out, b.String()); err != nil {
+		return err
+	}
+	log.Info("feedbench: disk-resident section written", "file", opt.Out, "elapsed", time.Since(start).Round(time.Second))
+	return nil
+}
+
+// diskServer is the mariadbd of a disk-resident run.
+type diskServer struct {
+	dsn     string
+	cmd     *exec.Cmd
+	version string
+}
+
+// startDiskServer initialises opt.DiskDir and starts mariadbd on it with
+// opt.RocksDBCnf, the engines' caches at diskCacheBytes and direct I/O.
+func startDiskServer(ctx context.Context, opt options, log *slog.Logger) (*diskServer, error) {
+	dir, err := filepath.Abs(opt.DiskDir)
+	if err != nil {
+		return nil, err
+	}
+	cnf, err := filepath.Abs(opt.RocksDBCnf)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, err
+	}
+	data, tmp := filepath.Join(dir, "data"), filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	var user []string
+	if os.Geteuid() == 0 {
+		user = []string{"--user=root"}
+	}
+	install := exec.CommandContext(ctx, "mariadb-install-db", append([]string{"--no-defaults", "--datadir=" + data,
+		"--auth-root-authentication-method=normal", "--skip-test-db", "--basedir=/usr"}, user...)...)
+	if out, err := install.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("mariadb-install-db: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cache := strconv.Itoa(diskCacheBytes)
+	srvArgs := append([]string{"--defaults-file=" + cnf, "--datadir=" + data, "--tmpdir=" + tmp,
+		"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--socket=" + filepath.Join(dir, "sock"),
+		"--skip-name-resolve", "--max-connections=1000", "--log-error=" + filepath.Join(dir, "error.log"),
+		"--innodb-buffer-pool-size=" + cache, "--innodb-flush-method=O_DIRECT",
+		"--rocksdb-block-cache-size=" + cache, "--rocksdb-use-direct-reads=ON",
+		"--rocksdb-use-direct-io-for-flush-and-compaction=ON"}, user...)
+	cmd := exec.Command("mariadbd", srvArgs...)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start mariadbd: %w", err)
+	}
+	srv := &diskServer{dsn: fmt.Sprintf("root@tcp(127.0.0.1:%d)/", port), cmd: cmd}
+	db, err := sql.Open("mysql", srv.dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if err = db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&srv.version); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			srv.stop(log)
+			logText, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+			return nil, fmt.Errorf("mariadbd did not answer within a minute: %v\n%s", err, logText)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	log.Info("feedbench: disk-resident server", "dsn", srv.dsn, "data", data, "version", srv.version)
+	return srv, nil
+}
+
+func (s *diskServer) stop(log *slog.Logger) {
+	_ = s.cmd.Process.Kill()
+	_ = s.cmd.Wait()
+	log.Info("feedbench: disk-resident server stopped")
+}
+
+// readOf returns the report's read result with the key.
+func readOf(r *report, key string) (readResult, bool) {
+	for _, rr := range r.Reads {
+		if rr.Key == key {
+			return rr, true
+		}
+	}
+	return readResult{}, false
+}
+
+// footprintAt is the report's footprint taken when, or the zero one.
+func footprintAt(r *report, when string) tableFootprint {
+	for _, f := range r.Footprints {
+		if f.When == when {
+			return f.tableFootprint
+		}
+	}
+	return tableFootprint{}
+}
+
+func safeRatio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// renderDisk writes the section: each engine's figures beside its own
+// raw-SQL ceilings, then the engines against each other.
+func renderDisk(w *bytes.Buffer, opt options, args []string, srv *diskServer, reps []*report, elapsed time.Duration) {
+	p := func(format string, a ...any) { fmt.Fprintf(w, format+"\n", a...) }
+	p("## K. Disk-resident: the inbox in InnoDB and in MyRocks")
+	p("")
+	p("Command: `go run ./cmd/feedbench %s` (`make bench-disk`), %s, %s.", strings.Join(args, " "), reps[0].Start.UTC().Format("2006-01-02 15:04 MST"), elapsed.Round(time.Second))
+	p("")
+	p("One server of its own, started by the run: %s with `%s`, a %d MiB InnoDB buffer pool and a %d MiB RocksDB",
+		srv.version, opt.RocksDBCnf, diskCacheBytes>>20, diskCacheBytes>>20)
+	p("block cache, `innodb_flush_method=O_DIRECT`, RocksDB direct reads and direct I/O for flushes and compactions:")
+	p("the OS page cache holds neither engine's data. Each engine's run loads the same inboxes (%s users × %d rows,", count(opt.Users), opt.InboxRows)
+	p("in the order fan-out writes them) into a database whose `inbox` is in that engine, then runs phases %s", opt.Phases)
+	p("as above; readers are drawn from all loaded users (%s per reader class), so their newest pages do not fit in memory.", count(opt.ReaderUsers))
+	p("Every other table is InnoDB in both runs.")
+	p("")
+	p("| figure | InnoDB | MyRocks | MyRocks / InnoDB | target |")
+	p("|---|---:|---:|---:|---|")
+	in, rk := reps[0], reps[1]
+	fin, frk := footprintAt(in, "as loaded"), footprintAt(rk, "as loaded")
+	ein, erk := footprintAt(in, "at the end of the run"), footprintAt(rk, "at the end of the run")
+	p("| inbox rows as loaded | %s | %s | | |", count(int(fin.Rows)), count(int(frk.Rows)))
+	p("| inbox bytes on disk as loaded (data + index), × the engine's %d MiB | %.1f MiB, %.1f× | %.1f MiB, %.1f× | | |", diskCacheBytes>>20,
+		float64(fin.DataBytes+fin.IndexBytes)/(1<<20), float64(fin.DataBytes+fin.IndexBytes)/diskCacheBytes,
+		float64(frk.DataBytes+frk.IndexBytes)/(1<<20), float64(frk.DataBytes+frk.IndexBytes)/diskCacheBytes)
+	p("| bytes per entry as loaded | %.1f | %.1f | %.2f | |", fin.BytesPerRow(), frk.BytesPerRow(), safeRatio(frk.BytesPerRow(), fin.BytesPerRow()))
+	p("| bytes per entry at the end (after fan-out and trims) | %.1f | %.1f | %.2f | MyRocks ≤ 12: %s |", ein.BytesPerRow(), erk.BytesPerRow(),
+		safeRatio(erk.BytesPerRow(), ein.BytesPerRow()), atMost(erk.BytesPerRow(), 12))
+	p("| load rate, rows/s | %s | %s | %.2f | |", count(int(rate(in.Load.Rows, in.Load.Elapsed))), count(int(rate(rk.Load.Rows, rk.Load.Elapsed))),
+		safeRatio(rate(rk.Load.Rows, rk.Load.Elapsed), rate(in.Load.Rows, in.Load.Elapsed)))
+	readRow := func(key, name, target string, want float64) {
+		a, okA := readOf(in, key)
+		b, okB := readOf(rk, key)
+		if !okA || !okB {
+			return
+		}
+		v := safeRatio(b.Rate(), a.Rate())
+		t := ""
+		if target != "" {
+			t = target + ": " + verdict(v, want)
+		}
+		p("| %s, pages/s | %s | %s | %.2f | %s |", name, count(int(a.Rate())), count(int(b.Rate())), v, t)
+	}
+	readRow(readRaw, "ceiling: raw keyset SELECT", "", 0)
+	readRow(readService, "feed pages through service.Feed in-process", "≥ 1.8", 1.8)
+	readRow(readInbox, "feed pages over HTTP (wrk-style reader)", "", 0)
+	if in.Fanout != nil && rk.Fanout != nil {
+		p("| fan-out into full inboxes through the service, rows/s | %s | %s | %.2f | ≥ 1.5: %s |", count(int(in.Fanout.Fanout.Rate())), count(int(rk.Fanout.Fanout.Rate())),
+			safeRatio(rk.Fanout.Fanout.Rate(), in.Fanout.Fanout.Rate()), verdict(safeRatio(rk.Fanout.Fanout.Rate(), in.Fanout.Fanout.Rate()), 1.5))
+		p("| ceiling: raw multi-row INSERT + trim, rows/s | %s | %s | %.2f | |", count(int(in.Fanout.Ceiling.Rate())), count(int(rk.Fanout.Ceiling.Rate())),
+			safeRatio(rk.Fanout.Ceiling.Rate(), in.Fanout.Ceiling.Rate()))
+	}
+	p("")
+	p("Each engine against its own ceilings, in the same run:")
+	p("")
+	p("| ratio | InnoDB | MyRocks | target |")
+	p("|---|---:|---:|---|")
+	ratioRow := func(name string, f func(r *report) float64, want float64) {
+		a, b := f(in), f(rk)
+		p("| %s | %.2f | %.2f | ≥ %g: InnoDB %s, MyRocks %s |", name, a, b, want, verdict(a, want), verdict(b, want))
+	}
+	ratioRow("feed pages, HTTP / raw SELECT", func(r *report) float64 {
+		h, _ := readOf(r, readInbox)
+		c, _ := readOf(r, readRaw)
+		return safeRatio(h.Rate(), c.Rate())
+	}, 0.8)
+	if in.Fanout != nil && rk.Fanout != nil {
+		ratioRow("fan-out rows/s, service / raw INSERT + trim", func(r *report) float64 {
+			return safeRatio(r.Fanout.Fanout.Rate(), r.Fanout.Ceiling.Rate())
+		}, 0.7)
+	}
+}
+
+// atMost is verdict for an upper bound.
+func atMost(v, limit float64) string {
+	if v <= limit && v > 0 {
+		return "met"
+	}
+	return fmt.Sprintf("**MISSED** (%.1f > %g)", v, limit)
+}
+
+// writeDiskSection puts section between diskBegin and diskEnd in path,
+// after the generated report's keep marker (added at the end if missing),
+// leaving the rest of the file as it is.
+func writeDiskSection(path, section string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	text := string(old)
+	block := diskBegin + "\n" + section + diskEnd
+	if before, rest, ok := strings.Cut(text, diskBegin); ok {
+		_, after, _ := strings.Cut(rest, diskEnd)
+		text = before + block + after
+	} else {
+		if !strings.Contains(text, keepMarker) {
+			text += "\n" + keepMarker + "\n"
+		}
+		text += "\n" + block + "\n"
+	}
+	return os.WriteFile(path, []byte(text), 0o644)
+}
