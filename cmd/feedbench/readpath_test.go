@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // each layer of the read path: phase C's raw keyset SELECT, service.Feed in-process, HTTP through the
 // wrk-style load generator, and HTTP through the typed Go client. Its
 // allocations per page and CPU profiles (-cpuprofile) show where a page's
-// time goes above the service, which load on the machine does not distort.
+// time goes above the service, which load on the machine does not distort; so is the process's CPU
+// time per page (cpu-µs/op: clients and server, not the database).
 func BenchmarkFeedPage(b *testing.B) {
 	// Cancellable, as phase C's: database/sql watches such a context.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -84,6 +86,10 @@ func BenchmarkFeedPage(b *testing.B) {
 			clients := bn.sessions(bn.data.users, p.read, 0)
 			var next atomic.Int32
 			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			b.Cleanup(func() {
+				b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			})
 			b.SetParallelism(4) // 8 clients on 2 CPUs, as in phase C
 			b.RunParallel(func(pb *testing.PB) {
 				read := clients(int(next.Add(1)))
@@ -96,4 +102,14 @@ func BenchmarkFeedPage(b *testing.B) {
 			})
 		})
 	}
+}
+
+// processCPU is the CPU time (user and system) the process has used: the
+// benchmark's clients and the server are in it, the database is not.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

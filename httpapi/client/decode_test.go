@@ -3,6 +3,7 @@ package client
 import (
 	"encoding/json"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -85,4 +86,37 @@ func TestPageDecodeOtherItems(t *testing.T) {
 	if err := (pageBody[Following]{page: &p}).decode([]byte(strings.TrimSuffix(body, "}"))); err == nil {
 		t.Fatal("truncated page decoded")
 	}
+}
+
+// BenchmarkPageDecode decodes a feed page of 20 posts as the server writes
+// it, by hand and through encoding/json.
+func BenchmarkPageDecode(b *testing.B) {
+	var body strings.Builder
+	body.WriteString(`{"items":[`)
+	for i := range 20 {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.WriteString(`{"content_id":"46116860184273880` + strconv.Itoa(10+i) + `","author_id":"2000` + strconv.Itoa(10+i) + `","publish_time":1795598446995,"kind":"post"}`)
+	}
+	body.WriteString(`],"next_cursor":"AWYAAAGJRZTBIAAAAAAAAJxB","top_cursor":"AWYAAAGiEgHxkwqn1_7JncAA"}` + "\n")
+	data := []byte(body.String())
+	b.Run("hand", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var p Page[Post]
+			if err := (pageBody[Post]{page: &p, limit: 20}).decode(data); err != nil || len(p.Items) != 20 {
+				b.Fatal(err, len(p.Items))
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var p Page[Post]
+			if err := json.Unmarshal(data, &p); err != nil || len(p.Items) != 20 {
+				b.Fatal(err, len(p.Items))
+			}
+		}
+	})
 }
