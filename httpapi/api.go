@@ -106,8 +106,9 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 }
 
 // chain is the middlewares composed once, in order, around the handler
-// the router found for the request. It serves as echo's one global
-// middleware: echo composes those anew on every request, a closure each.
+// the router found for the request: echo composes its global middlewares
+// anew on every request, a closure each. It must be the only one: it calls
+// the route's handler itself, not the next middleware echo passes it.
 func chain(mw ...echo.MiddlewareFunc) echo.MiddlewareFunc {
 	h := func(c echo.Context) error { return c.Handler()(c) }
 	for i := len(mw) - 1; i >= 0; i-- {

@@ -11,6 +11,10 @@ type pageBody[T any] struct {
 	limit int
 }
 
+// maxItemsHint bounds the room made for a page's items before parsing it:
+// the contract's largest page.
+const maxItemsHint = 100
+
 // decode decodes the page. A page of posts as the server writes it
 // (compact, strings without escapes) is parsed by hand into substrings of
 // one copy of the body; anything else, and any doubt, goes to
@@ -47,7 +51,7 @@ func parsePostPage(data []byte, limit int) (p Page[Post], ok bool) {
 		switch key {
 		case "items":
 			field, ok = 0, s.byte('[')
-			p.Items = make([]Post, 0, limit)
+			p.Items = make([]Post, 0, min(limit, maxItemsHint))
 			for more := ok && !s.byte(']'); more; more = !s.byte(']') {
 				if len(p.Items) > 0 && !s.byte(',') {
 					return p, false
