@@ -51,7 +51,7 @@ func parsePostPage(data []byte, limit int) (p Page[Post], ok bool) {
 		switch key {
 		case "items":
 			field, ok = 0, s.byte('[')
-			p.Items = make([]Post, 0, min(limit, maxItemsHint))
+			p.Items = make([]Post, 0, max(0, min(limit, maxItemsHint)))
 			for more := ok && !s.byte(']'); more; more = !s.byte(']') {
 				if len(p.Items) > 0 && !s.byte(',') {
 					return p, false

@@ -55,7 +55,7 @@ func TestPageDecodeMatchesEncodingJSON(t *testing.T) {
 			if _, ok := parsePostPage([]byte(tc.body), 0); ok != tc.fast {
 				t.Fatalf("hand parser took it: %v, want %v", ok, tc.fast)
 			}
-			for _, hint := range []int{0, 1, 20} {
+			for _, hint := range []int{-1, 0, 1, 20, 1 << 40} {
 				var want Page[Post]
 				wantErr := json.Unmarshal([]byte(tc.body), &want)
 				var got Page[Post]
