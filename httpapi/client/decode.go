@@ -35,67 +35,58 @@ func (b pageBody[T]) decode(data []byte) error {
 // false for anything outside the narrow form it reads.
 func parsePostPage(data []byte, limit int) (p Page[Post], ok bool) {
 	s := scanner{s: string(data)}
-	var seen [5]bool
-	if !s.byte('{') {
-		return p, false
-	}
-	for first := true; !s.byte('}'); first = false {
-		if !first && !s.byte(',') {
-			return p, false
-		}
-		key, ok := s.str()
-		if !ok || !s.byte(':') {
-			return p, false
-		}
-		field := -1
+	ok = s.object(func(key string) (field int, ok bool) {
 		switch key {
 		case "items":
-			field, ok = 0, s.byte('[')
 			p.Items = make([]Post, 0, max(0, min(limit, maxItemsHint)))
-			for more := ok && !s.byte(']'); more; more = !s.byte(']') {
-				if len(p.Items) > 0 && !s.byte(',') {
-					return p, false
-				}
-				var it Post
-				if it, ok = s.post(); !ok {
-					return p, false
-				}
+			return 0, s.array(func() bool {
+				it, ok := s.post()
 				p.Items = append(p.Items, it)
-			}
+				return ok
+			})
 		case "next_cursor":
-			field, p.NextCursor, ok = 1, nil, true
-			if !s.null() {
-				p.NextCursor, ok = s.strPtr()
-			}
+			p.NextCursor, ok = s.nullableStr()
+			return 1, ok
 		case "top_cursor":
-			field, p.TopCursor, ok = 2, nil, true
-			if !s.null() {
-				p.TopCursor, ok = s.strPtr()
-			}
+			p.TopCursor, ok = s.nullableStr()
+			return 2, ok
 		case "partial":
-			field = 3
 			p.Partial, ok = s.boolean()
+			return 3, ok
 		case "missing_authors":
-			field, ok = 4, s.byte('[')
 			p.MissingAuthors = []string{}
-			for more := ok && !s.byte(']'); more; more = !s.byte(']') {
-				if len(p.MissingAuthors) > 0 && !s.byte(',') {
-					return p, false
-				}
-				var a string
-				if a, ok = s.str(); !ok {
-					return p, false
-				}
+			return 4, s.array(func() bool {
+				a, ok := s.str()
 				p.MissingAuthors = append(p.MissingAuthors, a)
-			}
+				return ok
+			})
 		}
-		if field < 0 || !ok || seen[field] {
-			return p, false
-		}
-		seen[field] = true
-	}
+		return -1, false
+	})
 	s.byte('\n')
-	return p, s.i == len(s.s)
+	return p, ok && s.i == len(s.s)
+}
+
+// post reads an item of a page of posts.
+func (s *scanner) post() (p Post, ok bool) {
+	ok = s.object(func(key string) (field int, ok bool) {
+		switch key {
+		case "content_id":
+			p.ContentID, ok = s.str()
+			return 0, ok
+		case "author_id":
+			p.AuthorID, ok = s.str()
+			return 1, ok
+		case "publish_time":
+			p.PublishTime, ok = s.int64()
+			return 2, ok
+		case "kind":
+			p.Kind, ok = s.str()
+			return 3, ok
+		}
+		return -1, false
+	})
+	return p, ok
 }
 
 // scanner reads JSON tokens from s without whitespace between them.
@@ -148,9 +139,54 @@ func (s *scanner) str() (string, bool) {
 	return "", false
 }
 
-func (s *scanner) strPtr() (*string, bool) {
+// nullableStr reads null (nil) or a string as str does.
+func (s *scanner) nullableStr() (*string, bool) {
+	if s.null() {
+		return nil, true
+	}
 	v, ok := s.str()
 	return &v, ok
+}
+
+// object reads an object, each member's value by member, which returns the
+// key's field number (-1: a key it does not read) and whether it read the
+// value. An unknown key or one met twice fails the read.
+func (s *scanner) object(member func(key string) (field int, ok bool)) bool {
+	var seen uint64
+	if !s.byte('{') {
+		return false
+	}
+	for first := true; !s.byte('}'); first = false {
+		if !first && !s.byte(',') {
+			return false
+		}
+		key, ok := s.str()
+		if !ok || !s.byte(':') {
+			return false
+		}
+		field, ok := member(key)
+		if field < 0 || !ok || seen&(1<<field) != 0 {
+			return false
+		}
+		seen |= 1 << field
+	}
+	return true
+}
+
+// array reads an array, each element by elem.
+func (s *scanner) array(elem func() bool) bool {
+	if !s.byte('[') {
+		return false
+	}
+	for first := true; !s.byte(']'); first = false {
+		if !first && !s.byte(',') {
+			return false
+		}
+		if !elem() {
+			return false
+		}
+	}
+	return true
 }
 
 // int64 reads an integer in JSON's grammar (no leading zeros, no
@@ -167,41 +203,4 @@ func (s *scanner) int64() (int64, bool) {
 	}
 	n, err := strconv.ParseInt(s.s[start:s.i], 10, 64)
 	return n, err == nil
-}
-
-// post reads an item of a page of posts.
-func (s *scanner) post() (p Post, ok bool) {
-	var seen [4]bool
-	if !s.byte('{') {
-		return p, false
-	}
-	for first := true; !s.byte('}'); first = false {
-		if !first && !s.byte(',') {
-			return p, false
-		}
-		key, ok := s.str()
-		if !ok || !s.byte(':') {
-			return p, false
-		}
-		field := -1
-		switch key {
-		case "content_id":
-			field = 0
-			p.ContentID, ok = s.str()
-		case "author_id":
-			field = 1
-			p.AuthorID, ok = s.str()
-		case "publish_time":
-			field = 2
-			p.PublishTime, ok = s.int64()
-		case "kind":
-			field = 3
-			p.Kind, ok = s.str()
-		}
-		if field < 0 || !ok || seen[field] {
-			return p, false
-		}
-		seen[field] = true
-	}
-	return p, true
 }
