@@ -14,12 +14,13 @@ import (
 	"github.com/feedhq/feed/store/storetest"
 )
 
-// BenchmarkFeedPage reads phase C's inbox-only pages, 8 readers at a time, through
-// each layer of the read path: phase C's raw keyset SELECT, service.Feed in-process, HTTP through the
-// wrk-style load generator, and HTTP through the typed Go client. Its
-// allocations per page and CPU profiles (-cpuprofile) show where a page's
-// time goes above the service, which load on the machine does not distort; so is the process's CPU
-// time per page (cpu-µs/op: clients and server, not the database).
+// BenchmarkFeedPage reads phase C's inbox-only pages, 8 readers at a time,
+// through each layer of the read path: phase C's raw keyset SELECT,
+// service.Feed in-process, HTTP through the wrk-style load generator, and
+// HTTP through the typed Go client. It reports allocations and the
+// process's CPU time per page (cpu-µs/op: readers and server, not the
+// database), which say more than wall time on a shared machine; with
+// -cpuprofile it shows where a page's time goes above the service.
 func BenchmarkFeedPage(b *testing.B) {
 	// Cancellable, as phase C's: database/sql watches such a context.
 	ctx, cancel := context.WithCancel(context.Background())
