@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -61,16 +62,15 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = a.handleError
-	e.Use(middleware.Recover())
-	e.Use(instrument(opt.Registry))
+	mw := []echo.MiddlewareFunc{middleware.Recover(), instrument(opt.Registry)}
 	if opt.Token != "" {
 		// Global rather than on the group: every /v1 request needs the
 		// token, also one that matches no route or method, and the check
 		// comes before the body is read.
-		e.Use(requireToken("/v1", opt.Token, streamRoute))
+		mw = append(mw, requireToken("/v1", opt.Token, streamRoute))
 	}
-	e.Use(limitBody)
-	e.Use(withDeadline(opt.ReadDeadline, opt.WriteDeadline, streamRoute))
+	mw = append(mw, limitBody, withDeadline(opt.ReadDeadline, opt.WriteDeadline, streamRoute))
+	e.Use(chain(mw...))
 
 	get(e, "/healthz", a.healthz)
 	get(e, "/readyz", a.readyz)
@@ -103,6 +103,18 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	v1.POST("/users/:id/streams/:stream_id/end", a.endStream)
 	get(v1, "/users/:id/live", a.getLive)
 	return e
+}
+
+// chain is the middlewares composed once, in order, around the handler
+// the router found for the request: echo composes its global middlewares
+// anew on every request, a closure each. It must be the only one: it calls
+// the route's handler itself, not the next middleware echo passes it.
+func chain(mw ...echo.MiddlewareFunc) echo.MiddlewareFunc {
+	h := func(c echo.Context) error { return c.Handler()(c) }
+	for i := len(mw) - 1; i >= 0; i-- {
+		h = mw[i](h)
+	}
+	return func(echo.HandlerFunc) echo.HandlerFunc { return h }
 }
 
 // router is what *echo.Echo and *echo.Group share for registering routes.
@@ -141,8 +153,21 @@ func requireToken(prefix, token, queryRoute string) echo.MiddlewareFunc {
 	}
 }
 
+// routeKey names the metrics of one route, method and status.
+type routeKey struct {
+	route, method string
+	status        int
+}
+
+// routeMetrics are a routeKey's children of the request metrics.
+type routeMetrics struct {
+	requests prometheus.Counter
+	latency  prometheus.Observer
+}
+
 // instrument counts requests and their latency by route template and
-// status, and the requests in flight.
+// status, and the requests in flight. Each key's children are looked up
+// once and kept: resolving label values hashes them on every call.
 func instrument(reg *prometheus.Registry) echo.MiddlewareFunc {
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "feed_http_requests_total", Help: "HTTP requests by route, method and status."},
@@ -153,6 +178,7 @@ func instrument(reg *prometheus.Registry) echo.MiddlewareFunc {
 	inFlight := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "feed_http_requests_in_flight", Help: "HTTP requests being served."})
 	reg.MustRegister(requests, latency, inFlight)
+	var children sync.Map // routeKey → *routeMetrics
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			inFlight.Inc()
@@ -162,12 +188,20 @@ func instrument(reg *prometheus.Registry) echo.MiddlewareFunc {
 			if err != nil {
 				c.Error(err)
 			}
-			route := c.Path()
-			if route == "" {
-				route = "unmatched"
+			k := routeKey{route: c.Path(), method: c.Request().Method, status: c.Response().Status}
+			if k.route == "" {
+				k.route = "unmatched"
 			}
-			requests.WithLabelValues(route, c.Request().Method, strconv.Itoa(c.Response().Status)).Inc()
-			latency.WithLabelValues(route, c.Request().Method).Observe(time.Since(start).Seconds())
+			m, ok := children.Load(k)
+			if !ok {
+				m, _ = children.LoadOrStore(k, &routeMetrics{
+					requests: requests.WithLabelValues(k.route, k.method, strconv.Itoa(k.status)),
+					latency:  latency.WithLabelValues(k.route, k.method),
+				})
+			}
+			rm := m.(*routeMetrics)
+			rm.requests.Inc()
+			rm.latency.Observe(time.Since(start).Seconds())
 			return nil
 		}
 	}

@@ -1415,10 +1415,14 @@ func TestOperations(t *testing.T) {
 	}
 
 	v.publish(t, v.id(), `{}`, http.StatusCreated)
+	for range 2 { // the middlewares run for a request that matches no route too
+		wantStatus(t, v.do(t, http.MethodGet, "/no/such/route", ""), http.StatusNotFound)
+	}
 	r = v.do(t, http.MethodGet, "/metrics", "")
 	wantStatus(t, r, http.StatusOK)
 	for _, want := range []string{
 		`feed_http_requests_total{method="GET",route="/healthz",status="200"} 1`,
+		`feed_http_requests_total{method="GET",route="unmatched",status="404"} 2`,
 		`feed_http_requests_total{method="POST",route="/v1/users/:id/posts",status="201"} 1`,
 		`feed_http_request_seconds_bucket{method="GET",route="/readyz"`,
 		`feed_posts_published_total 1`,

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Client calls one feed service.
@@ -24,13 +25,20 @@ type Client struct {
 }
 
 // New returns a client of the service at base (e.g. "http://127.0.0.1:8080").
-// token may be empty; hc nil uses a default client.
+// token may be empty; hc nil uses a default client, which keeps up to
+// maxIdlePerHost idle connections (net/http's default, two, would have most
+// requests of a concurrent caller dial).
 func New(base, token string, hc *http.Client) *Client {
 	if hc == nil {
-		hc = &http.Client{}
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = maxIdlePerHost
+		hc = &http.Client{Transport: t}
 	}
 	return &Client{base: base, token: token, http: hc}
 }
+
+// maxIdlePerHost is the default client's pool of idle connections.
+const maxIdlePerHost = 64
 
 // Post is a post as the API returns it.
 type Post struct {
@@ -92,52 +100,52 @@ type PublishRequest struct {
 
 // Publish publishes a post; created is false when the server already had it.
 func (c *Client) Publish(ctx context.Context, author uint64, req PublishRequest) (p Post, created bool, err error) {
-	status, err := c.do(ctx, http.MethodPost, fmt.Sprintf("/v1/users/%d/posts", author), nil, req, &p)
+	status, err := c.do(ctx, http.MethodPost, fmt.Sprintf("/v1/users/%d/posts", author), req, &p)
 	return p, status == http.StatusCreated, err
 }
 
 // DeletePost deletes a post.
 func (c *Client) DeletePost(ctx context.Context, author, content uint64) error {
-	_, err := c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/users/%d/posts/%d", author, content), nil, nil, nil)
+	_, err := c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/users/%d/posts/%d", author, content), nil, nil)
 	return err
 }
 
 // Delivery returns a post's fan-out progress.
 func (c *Client) Delivery(ctx context.Context, author, content uint64) (d Delivery, err error) {
-	_, err = c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/users/%d/posts/%d/delivery", author, content), nil, nil, &d)
+	_, err = c.do(ctx, http.MethodGet, fmt.Sprintf("/v1/users/%d/posts/%d/delivery", author, content), nil, &d)
 	return d, err
 }
 
 // Follow makes user follow author.
 func (c *Client) Follow(ctx context.Context, user, author uint64) error {
-	_, err := c.do(ctx, http.MethodPut, fmt.Sprintf("/v1/users/%d/following/%d", user, author), nil, nil, nil)
+	_, err := c.do(ctx, http.MethodPut, fmt.Sprintf("/v1/users/%d/following/%d", user, author), nil, nil)
 	return err
 }
 
 // Unfollow makes user stop following author.
 func (c *Client) Unfollow(ctx context.Context, user, author uint64) error {
-	_, err := c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/users/%d/following/%d", user, author), nil, nil, nil)
+	_, err := c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/users/%d/following/%d", user, author), nil, nil)
 	return err
 }
 
 // Feed returns one page of the user's home feed.
 func (c *Client) Feed(ctx context.Context, user uint64, limit int, cursor string) (Page[Post], error) {
-	return getPage[Post](ctx, c, fmt.Sprintf("/v1/users/%d/feed", user), limit, cursor)
+	return getPage[Post](ctx, c, user, "/feed", limit, cursor)
 }
 
 // Posts returns one page of the author's own posts.
 func (c *Client) Posts(ctx context.Context, author uint64, limit int, cursor string) (Page[Post], error) {
-	return getPage[Post](ctx, c, fmt.Sprintf("/v1/users/%d/posts", author), limit, cursor)
+	return getPage[Post](ctx, c, author, "/posts", limit, cursor)
 }
 
 // Following returns one page of the authors the user follows.
 func (c *Client) Following(ctx context.Context, user uint64, limit int, cursor string) (Page[Following], error) {
-	return getPage[Following](ctx, c, fmt.Sprintf("/v1/users/%d/following", user), limit, cursor)
+	return getPage[Following](ctx, c, user, "/following", limit, cursor)
 }
 
 // Followers returns one page of the author's followers.
 func (c *Client) Followers(ctx context.Context, author uint64, limit int, cursor string) (Page[Follower], error) {
-	return getPage[Follower](ctx, c, fmt.Sprintf("/v1/users/%d/followers", author), limit, cursor)
+	return getPage[Follower](ctx, c, author, "/followers", limit, cursor)
 }
 
 // All iterates over every item of a list, fetching pages of limit with
@@ -165,16 +173,19 @@ func All[T any](ctx context.Context, limit int, fetch func(ctx context.Context, 
 	}
 }
 
-func getPage[T any](ctx context.Context, c *Client, path string, limit int, cursor string) (Page[T], error) {
-	q := url.Values{}
+// getPage reads a page of the list at /v1/users/{id}{list}.
+func getPage[T any](ctx context.Context, c *Client, id uint64, list string, limit int, cursor string) (Page[T], error) {
+	path := "/v1/users/" + strconv.FormatUint(id, 10) + list
+	sep := "?"
 	if limit > 0 {
-		q.Set("limit", strconv.Itoa(limit))
+		path += sep + "limit=" + strconv.Itoa(limit)
+		sep = "&"
 	}
 	if cursor != "" {
-		q.Set("cursor", cursor)
+		path += sep + "cursor=" + url.QueryEscape(cursor)
 	}
 	var p Page[T]
-	_, err := c.do(ctx, http.MethodGet, path, q, nil, &p)
+	_, err := c.do(ctx, http.MethodGet, path, nil, pageBody[T]{page: &p, limit: limit})
 	return p, err
 }
 
@@ -188,7 +199,7 @@ type Marker struct {
 
 // Marker returns the user's read marker and unread count.
 func (c *Client) Marker(ctx context.Context, user uint64) (m Marker, err error) {
-	_, err = c.do(ctx, http.MethodGet, "/v1/users/"+strconv.FormatUint(user, 10)+"/feed/marker", nil, nil, &m)
+	_, err = c.do(ctx, http.MethodGet, "/v1/users/"+strconv.FormatUint(user, 10)+"/feed/marker", nil, &m)
 	return m, err
 }
 
@@ -288,13 +299,10 @@ func readEvents(ctx context.Context, r io.Reader, events chan<- Event) {
 	}
 }
 
-// do sends a request and decodes a JSON answer into out; an error status
-// becomes *Error.
-func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) (int, error) {
+// do sends a request to path (with its query) and decodes a JSON answer
+// into out; an error status becomes *Error.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) (int, error) {
 	u := c.base + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -318,10 +326,12 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		return 0, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
+	buf := bodyPool.Get().(*bytes.Buffer)
+	defer putBody(buf)
+	if _, err := buf.ReadFrom(resp.Body); err != nil {
 		return resp.StatusCode, err
 	}
+	data := buf.Bytes()
 	if resp.StatusCode >= 400 {
 		var env struct {
 			Error Error `json:"error"`
@@ -331,9 +341,33 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		return resp.StatusCode, &env.Error
 	}
 	if out != nil && len(data) > 0 {
-		if err := json.Unmarshal(data, out); err != nil {
+		if d, ok := out.(decoder); ok {
+			err = d.decode(data)
+		} else {
+			err = json.Unmarshal(data, out)
+		}
+		if err != nil {
 			return resp.StatusCode, fmt.Errorf("feed api: decode %s %s: %w", method, path, err)
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// decoder is an answer that decodes its own body (pageBody).
+type decoder interface {
+	decode(data []byte) error
+}
+
+// bodyPool recycles the buffers answers are read into; decoding copies
+// what it keeps.
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBody bounds the buffers kept in bodyPool.
+const maxPooledBody = 1 << 20
+
+func putBody(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBody {
+		buf.Reset()
+		bodyPool.Put(buf)
+	}
 }
