@@ -62,15 +62,16 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = a.handleError
-	mw := []echo.MiddlewareFunc{middleware.Recover(), instrument(opt.Registry)}
+	e.Use(middleware.Recover())
+	e.Use(instrument(opt.Registry))
 	if opt.Token != "" {
 		// Global rather than on the group: every /v1 request needs the
 		// token, also one that matches no route or method, and the check
 		// comes before the body is read.
-		mw = append(mw, requireToken("/v1", opt.Token, streamRoute))
+		e.Use(requireToken("/v1", opt.Token, streamRoute))
 	}
-	mw = append(mw, limitBody, withDeadline(opt.ReadDeadline, opt.WriteDeadline, streamRoute))
-	e.Use(chain(mw...))
+	e.Use(limitBody)
+	e.Use(withDeadline(opt.ReadDeadline, opt.WriteDeadline, streamRoute))
 
 	get(e, "/healthz", a.healthz)
 	get(e, "/readyz", a.readyz)
@@ -103,18 +104,6 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	v1.POST("/users/:id/streams/:stream_id/end", a.endStream)
 	get(v1, "/users/:id/live", a.getLive)
 	return e
-}
-
-// chain is the middlewares composed once, in order, around the handler
-// the router found for the request: echo composes its global middlewares
-// anew on every request, a closure each. It must be the only one: it calls
-// the route's handler itself, not the next middleware echo passes it.
-func chain(mw ...echo.MiddlewareFunc) echo.MiddlewareFunc {
-	h := func(c echo.Context) error { return c.Handler()(c) }
-	for i := len(mw) - 1; i >= 0; i-- {
-		h = mw[i](h)
-	}
-	return func(echo.HandlerFunc) echo.HandlerFunc { return h }
 }
 
 // router is what *echo.Echo and *echo.Group share for registering routes.
