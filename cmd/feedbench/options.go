@@ -113,7 +113,7 @@ func defaultOptions() options {
 		SteadyLimit:      200,
 		SteadyAuthors:    100,
 		SteadyFollows:    20,
-		SteadyTurnovers:  4,
+		SteadyTurnovers:  3,
 		ReshardUsers:     3000,
 		ReshardInboxRows: 100,
 		Streams:          2000,

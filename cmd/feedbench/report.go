@@ -491,7 +491,8 @@ func (r *report) renderFootprint(p func(string, ...any)) {
 	if !section(p, 'D', "Disk bytes per inbox row", len(r.Footprints) > 0) {
 		return
 	}
-	p("Clustered `inbox` (`PRIMARY KEY (user_id, publish_time, content_id)`, no secondary index):")
+	p("Clustered `inbox` (`PRIMARY KEY (user_id, publish_time, content_id)`, no secondary index, `ROW_FORMAT=COMPRESSED`")
+	p("`KEY_BLOCK_SIZE=8`):")
 	p("`information_schema.TABLES` DATA_LENGTH + INDEX_LENGTH after `ANALYZE TABLE`, over `COUNT(*)`.")
 	p("")
 	p("| when | rows | data | index | bytes/row |")
