@@ -113,7 +113,7 @@ func defaultOptions() options {
 		SteadyLimit:      service.InboxLimitDefault,
 		SteadyAuthors:    100,
 		SteadyFollows:    20,
-		SteadyTurnovers:  3,
+		SteadyTurnovers:  2,
 		ReshardUsers:     3000,
 		ReshardInboxRows: 100,
 		Streams:          2000,
