@@ -106,8 +106,11 @@ func (b *bench) steadyState(ctx context.Context) (err error) {
 			return err
 		}
 		when := fmt.Sprintf("steady state after %d turnovers", turn)
-		if turn == 0 {
+		switch turn {
+		case 0:
 			when = "inboxes filled to the limit by fan-out"
+		case 1:
+			when = "steady state after 1 turnover"
 		}
 		b.log.Info("feedbench: D steady state", "when", when, "rows", f.Rows, "bytes_per_row", f.BytesPerRow())
 		if turn == 0 || turn == o.SteadyTurnovers {
