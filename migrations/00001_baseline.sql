@@ -10,6 +10,12 @@
 -- (kinds are lower-case ascii identifiers); the others hold only integers
 -- and take the database default.
 --
+-- The inbox is ROW_FORMAT=COMPRESSED in 8 KiB pages: pushes at each
+-- inbox's newest end and trims at its oldest leave its pages about half
+-- full whatever the row size, and compressed pages hold about 2.5 times the
+-- entries per byte of disk (docs/BENCHMARKS.md, section D). TiDB parses
+-- both options and ignores them.
+--
 -- MySQL commits each DDL statement implicitly, so a transaction could not
 -- undo a failure half-way. The file runs without one and every statement
 -- is idempotent (CREATE TABLE IF NOT EXISTS): running it again after a
@@ -105,7 +111,7 @@ CREATE TABLE IF NOT EXISTS inbox (
     pulls        TINYINT         NULL COMMENT 'header row: 1 if some following row of the user may have pull bits',
     follows      BIGINT          NULL COMMENT 'header row: the version of the list of authors the user reads, moved by every follow, unfollow, mute or hide set or lifted; processes cache the list by it',
     PRIMARY KEY (user_id, publish_time, content_id)
-) ENGINE = InnoDB DEFAULT CHARSET = ascii
+) ENGINE = InnoDB DEFAULT CHARSET = ascii ROW_FORMAT = COMPRESSED KEY_BLOCK_SIZE = 8
   COMMENT 'user-keyed: pushed feed entries, clustered in feed order. Each user range ends in a header row holding the user state (header columns are NULL in post rows), also the user lock';
 
 CREATE TABLE IF NOT EXISTS following (

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +42,25 @@ func TestProbeAndMigrate(t *testing.T) {
 		wantStates(t, st, store.StateUp)
 		if _, err := st.GetPost(t.Context(), 1, 10); err != nil {
 			t.Errorf("post lost by a second migration: %v", err)
+		}
+	})
+
+	// The inbox's compact layout (see the baseline): InnoDB keeps it in
+	// compressed 8 KiB pages; TiDB, whose storage is not InnoDB, parses the
+	// options and ignores them.
+	t.Run("inbox is compressed", func(t *testing.T) {
+		t.Parallel()
+		st := newStore(t, 1)
+		db := st.Shards()[0].DB
+		var version, format, options string
+		must(t, db.GetContext(t.Context(), &version, "SELECT VERSION()"))
+		must(t, db.QueryRowContext(t.Context(), `SELECT ROW_FORMAT, CREATE_OPTIONS FROM information_schema.TABLES
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`).Scan(&format, &options))
+		if strings.Contains(version, "TiDB") {
+			return
+		}
+		if options = strings.ToLower(options); format != "Compressed" || !strings.Contains(options, "key_block_size=8") {
+			t.Fatalf("inbox row format %s, options %q: want Compressed with key_block_size=8", format, options)
 		}
 	})
 

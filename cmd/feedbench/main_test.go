@@ -48,6 +48,7 @@ func TestQuick(t *testing.T) {
 		"| pages of readers muting 100 authors / inbox-only pages, HTTP |",
 		"## D. Disk bytes per inbox row",
 		"| as loaded |",
+		"| steady state after 1 turnover |",
 		"## P. Deep and hybrid pages",
 		"| deep / inbox page p50 at 60 followees |",
 		"| service deep page / raw threshold merge, p50, 20 followees |",

@@ -58,7 +58,12 @@ type options struct {
 	Diagnostics bool
 
 	// Phase D.
-	Optimize bool
+	Optimize        bool
+	SteadyUsers     int // users of the steady-state database
+	SteadyLimit     int // their inbox limit
+	SteadyAuthors   int // small authors there (besides two followed by everyone)
+	SteadyFollows   int // small authors each user follows
+	SteadyTurnovers int // times fan-out replaces every inbox after filling it
 
 	// Phase S.
 	Streams     int           // streams open at once
@@ -112,6 +117,11 @@ func defaultOptions() options {
 		Slices:           10,
 		Diagnostics:      true,
 		Optimize:         true,
+		SteadyUsers:      2000,
+		SteadyLimit:      service.InboxLimitDefault,
+		SteadyAuthors:    100,
+		SteadyFollows:    20,
+		SteadyTurnovers:  2,
 		ReshardUsers:     3000,
 		ReshardInboxRows: 100,
 		Streams:          2000,
@@ -149,6 +159,11 @@ var quickSizes = map[string]string{
 	"stream-idle":        "500ms",
 	"stream-posts":       "3",
 	"live-viewers":       "10",
+	"steady-users":       "100",
+	"steady-limit":       "20",
+	"steady-authors":     "10",
+	"steady-follows":     "3",
+	"steady-turnovers":   "1",
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -184,6 +199,11 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.Slices, "slices", o.Slices, "C: the runs take turns in this many slices of -duration each, so bursts of other load hit them alike")
 	fs.BoolVar(&o.Diagnostics, "diagnostics", o.Diagnostics, "C: also time store.ReadFeed and service.Feed without HTTP")
 	fs.BoolVar(&o.Optimize, "optimize", o.Optimize, "D: also measure the inbox after OPTIMIZE TABLE")
+	fs.IntVar(&o.SteadyUsers, "steady-users", o.SteadyUsers, "D: users whose inboxes fan-out fills and turns over, on a database of their own")
+	fs.IntVar(&o.SteadyLimit, "steady-limit", o.SteadyLimit, "D: their inbox limit")
+	fs.IntVar(&o.SteadyAuthors, "steady-authors", o.SteadyAuthors, "D: small authors publishing to them, one post per round each")
+	fs.IntVar(&o.SteadyFollows, "steady-follows", o.SteadyFollows, "D: small authors each of them follows, drawn at random")
+	fs.IntVar(&o.SteadyTurnovers, "steady-turnovers", o.SteadyTurnovers, "D: times fan-out replaces every inbox after filling it")
 	fs.IntVar(&o.ReshardUsers, "reshard-users", o.ReshardUsers, "R: users of the source database, each following the loaded rows' authors")
 	fs.IntVar(&o.ReshardInboxRows, "reshard-inbox-rows", o.ReshardInboxRows, "R: inbox rows loaded per user of the source database (and posts per author)")
 	fs.IntVar(&o.Streams, "streams", o.Streams, "S: feed streams open at once")
@@ -252,6 +272,8 @@ func (o options) validate() error {
 		return fmt.Errorf("-reshard-users and -reshard-inbox-rows must be >= 1")
 	case strings.Trim(o.Phases, "ABCDLMPRS") != "":
 		return fmt.Errorf("-phases takes letters of ABCDLMPRS, got %q", o.Phases)
+	case o.SteadyUsers < 1 || o.SteadyLimit < 1 || o.SteadyFollows < 1 || o.SteadyFollows > o.SteadyAuthors || o.SteadyTurnovers < 1:
+		return fmt.Errorf("-steady-users, -steady-limit, -steady-follows and -steady-turnovers must be >= 1, -steady-follows <= -steady-authors")
 	case o.LiveViewers < 1:
 		return fmt.Errorf("-live-viewers must be >= 1")
 	case o.Streams < 1 || o.Streams > o.Users || o.StreamPosts < 1 || o.StreamIdle <= 0:

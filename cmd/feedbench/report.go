@@ -181,6 +181,7 @@ type report struct {
 	Small      []smallResult
 	Reads      []readResult
 	Footprints []footprintResult
+	Steady     *steadyResult
 	Reshard    *reshardResult
 	Streams    *streamResult
 	Deep       *deepResult
@@ -490,7 +491,8 @@ func (r *report) renderFootprint(p func(string, ...any)) {
 	if !section(p, 'D', "Disk bytes per inbox row", len(r.Footprints) > 0) {
 		return
 	}
-	p("Clustered `inbox` (`PRIMARY KEY (user_id, publish_time, content_id)`, no secondary index):")
+	p("Clustered `inbox` (`PRIMARY KEY (user_id, publish_time, content_id)`, no secondary index, `ROW_FORMAT=COMPRESSED`")
+	p("`KEY_BLOCK_SIZE=8`):")
 	p("`information_schema.TABLES` DATA_LENGTH + INDEX_LENGTH after `ANALYZE TABLE`, over `COUNT(*)`.")
 	p("")
 	p("| when | rows | data | index | bytes/row |")
@@ -502,6 +504,15 @@ func (r *report) renderFootprint(p func(string, ...any)) {
 	p("\"As loaded\" is the table after %s users × %d rows arrived slot by slot in publish-time order, the",
 		count(r.Opt.Users), r.Opt.InboxRows)
 	p("order fan-out writes them; \"at the end\" adds phase A's and B's writes and trims.")
+	if x := r.Steady; x != nil {
+		p("The last rows are a database of their own where only the service's fan-out and retention write")
+		p("the inbox: %s users, each following %d of %d authors drawn at random and %d authors followed by",
+			count(x.Users), x.Follows, x.Authors, steadyBigAuthors)
+		p("all (their posts take the task path, the others' the batched one), inbox limit %d, slack %d%%.", x.Limit, x.Slack)
+		p("Every author publishes a post per round until each inbox holds the limit (\"filled\"), then")
+		p("%d times as many rounds again (turnovers: each inbox's entries replaced by new ones, %s rows", x.Turnovers, count(int(x.Rows)))
+		p("written in all and %s cut by sampled trims, in %s).", count(int(x.Trimmed)), x.Elapsed.Round(time.Second))
+	}
 	p("")
 }
 

@@ -226,6 +226,9 @@ func (b *bench) phases(ctx context.Context) error {
 			}
 			b.rep.Footprints = append(b.rep.Footprints, f)
 		}
+		if err := b.steadyState(ctx); err != nil {
+			return err
+		}
 	}
 	if b.opt.runs('R') {
 		if err := b.resharding(ctx); err != nil {

@@ -109,9 +109,15 @@ func (s *stack) haltWorkers() {
 // waitIdle waits until no delivery, fan-out task, follow event or switch
 // is queued: the system is at rest.
 func (s *stack) waitIdle(ctx context.Context, timeout time.Duration) error {
+	return waitIdle(ctx, s.st, timeout)
+}
+
+// waitIdle waits until st has no delivery, fan-out task, follow event or
+// switch queued.
+func waitIdle(ctx context.Context, st *store.Store, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		b, err := s.st.Backlog(ctx)
+		b, err := st.Backlog(ctx)
 		if err != nil {
 			return err
 		}
