@@ -166,13 +166,6 @@ func loadedKind(r int) string {
 // footprint measures phase D: disk bytes per inbox row.
 func (b *bench) footprint(ctx context.Context, when string, optimize bool) (footprintResult, error) {
 	start := time.Now()
-	if b.opt.InboxEngine == string(store.RocksDB) {
-		// The table statistics count what is in files: write the
-		// memtables out first.
-		if _, err := b.db.ExecContext(ctx, "SET GLOBAL rocksdb_force_flush_memtable_now = 1"); err != nil {
-			return footprintResult{}, err
-		}
-	}
 	f, err := inboxFootprint(ctx, b.db, optimize)
 	if err != nil {
 		return footprintResult{}, err

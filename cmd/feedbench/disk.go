@@ -149,14 +149,16 @@ func readOf(r *report, key string) (readResult, bool) {
 	return readResult{}, false
 }
 
-// footprintAt is the report's footprint taken when, or the zero one.
+// footprintAt is the report's last footprint taken at a time that begins
+// with when, or the zero one.
 func footprintAt(r *report, when string) tableFootprint {
+	var out tableFootprint
 	for _, f := range r.Footprints {
-		if f.When == when {
-			return f.tableFootprint
+		if strings.HasPrefix(f.When, when) {
+			out = f.tableFootprint
 		}
 	}
-	return tableFootprint{}
+	return out
 }
 
 func safeRatio(a, b float64) float64 {
@@ -186,13 +188,13 @@ func renderDisk(w *bytes.Buffer, opt options, args []string, srv *diskServer, re
 	p("|---|---:|---:|---:|---|")
 	in, rk := reps[0], reps[1]
 	fin, frk := footprintAt(in, "as loaded"), footprintAt(rk, "as loaded")
-	ein, erk := footprintAt(in, "at the end of the run"), footprintAt(rk, "at the end of the run")
+	ein, erk := footprintAt(in, "steady state after"), footprintAt(rk, "steady state after")
 	p("| inbox rows as loaded | %s | %s | | |", count(int(fin.Rows)), count(int(frk.Rows)))
 	p("| inbox bytes on disk as loaded (data + index), × the engine's %d MiB | %.1f MiB, %.1f× | %.1f MiB, %.1f× | | |", diskCacheBytes>>20,
 		float64(fin.DataBytes+fin.IndexBytes)/(1<<20), float64(fin.DataBytes+fin.IndexBytes)/diskCacheBytes,
 		float64(frk.DataBytes+frk.IndexBytes)/(1<<20), float64(frk.DataBytes+frk.IndexBytes)/diskCacheBytes)
 	p("| bytes per entry as loaded | %.1f | %.1f | %.2f | |", fin.BytesPerRow(), frk.BytesPerRow(), safeRatio(frk.BytesPerRow(), fin.BytesPerRow()))
-	p("| bytes per entry at the end (after fan-out and trims) | %.1f | %.1f | %.2f | MyRocks ≤ 12: %s |", ein.BytesPerRow(), erk.BytesPerRow(),
+	p("| bytes per entry at steady state (phase D: inboxes at the limit turned over by the service's fan-out and trims) | %.1f | %.1f | %.2f | MyRocks ≤ 12: %s |", ein.BytesPerRow(), erk.BytesPerRow(),
 		safeRatio(erk.BytesPerRow(), ein.BytesPerRow()), atMost(erk.BytesPerRow(), 12))
 	p("| load rate, rows/s | %s | %s | %.2f | |", count(int(rate(in.Load.Rows, in.Load.Elapsed))), count(int(rate(rk.Load.Rows, rk.Load.Elapsed))),
 		safeRatio(rate(rk.Load.Rows, rk.Load.Elapsed), rate(in.Load.Rows, in.Load.Elapsed)))

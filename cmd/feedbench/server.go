@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -36,6 +37,17 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`
 // (OPTIMIZE), then analyzed so the size statistics are current.
 func inboxFootprint(ctx context.Context, db *sqlx.DB, optimize bool) (tableFootprint, error) {
 	var f tableFootprint
+	var engine string
+	if err := db.QueryRowContext(ctx, `SELECT ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`).Scan(&engine); err != nil {
+		return f, fmt.Errorf("inbox footprint: %w", err)
+	}
+	if strings.EqualFold(engine, "rocksdb") {
+		// MyRocks's table statistics count what is in its files: write
+		// the memtables out first.
+		if _, err := db.ExecContext(ctx, "SET GLOBAL rocksdb_force_flush_memtable_now = 1"); err != nil {
+			return f, fmt.Errorf("inbox footprint: %w", err)
+		}
+	}
 	stmts := []string{analyzeInboxSQL}
 	if optimize {
 		stmts = []string{optimizeInboxSQL, analyzeInboxSQL}

@@ -58,7 +58,9 @@ func (b *bench) steadyState(ctx context.Context) (err error) {
 			err = fmt.Errorf("drop database %s: %w", name, derr)
 		}
 	}()
-	st, err := store.Open(store.SingleShardMap(b.dsnOf(name)))
+	m := store.SingleShardMap(b.dsnOf(name))
+	m.InboxEngine = store.Engine(b.opt.InboxEngine)
+	st, err := store.Open(m)
 	if err != nil {
 		return err
 	}
