@@ -53,7 +53,7 @@ func (e Engine) sqlName() string {
 const InboxFamily = "feed_inbox"
 
 // inboxKey is the inbox's primary key, which a conversion redefines to
-// name (or drop) the column family.
+// name (or drop) the column family (Engine.alterSQL).
 const inboxKey = "PRIMARY KEY (user_id, publish_time, content_id)"
 
 // familyOption is one column family option the inbox needs: where
@@ -92,7 +92,7 @@ func (s *Store) CheckEngine(ctx context.Context) error {
 			return fmt.Errorf("store: database %s: %w", sh.Name, classify(err))
 		}
 		if cur != e {
-			return fmt.Errorf("store: database %s: the inbox is in %s, the setting says %s: run feedd migrate with FEED_INBOX_ENGINE=%s to convert it", sh.Name, cur, e, e)
+			return fmt.Errorf("store: database %s: %w", sh.Name, mismatch(cur, e))
 		}
 	}
 	return nil
@@ -164,6 +164,12 @@ func checkEngine(ctx context.Context, db *sqlx.DB, e Engine) error {
 	return nil
 }
 
+// mismatch is the refusal to serve, or to convert at start, an inbox in
+// another engine than the setting's.
+func mismatch(cur, e Engine) error {
+	return fmt.Errorf("the inbox is in %s, the setting says %s: run feedd migrate with FEED_INBOX_ENGINE=%s to convert it online", cur, e, e)
+}
+
 // inboxEngine returns the engine the inbox table is in.
 func inboxEngine(ctx context.Context, db *sqlx.DB) (Engine, error) {
 	var name string
@@ -202,18 +208,26 @@ var newCols = "NEW." + strings.ReplaceAll(inboxCols, ", ", ", NEW.")
 
 const oldKey = "user_id = OLD.user_id AND publish_time = OLD.publish_time AND content_id = OLD.content_id"
 
-// alterEngineSQL moves a table (%s) to an engine (%s) and names the column
-// family of its primary key (%s: the clause, or nothing).
-const alterEngineSQL = "ALTER TABLE %s ENGINE = %s, DROP PRIMARY KEY, ADD " + inboxKey + "%s"
+// alterSQL moves a table with the inbox's key to e, naming the column
+// family of its primary key in RocksDB (and dropping the name in InnoDB).
+func (e Engine) alterSQL(table string) string {
+	family := ""
+	if e == RocksDB {
+		family = " COMMENT 'cfname=" + InboxFamily + "'"
+	}
+	return "ALTER TABLE " + table + " ENGINE = " + e.sqlName() + ", DROP PRIMARY KEY, ADD " + inboxKey + family
+}
 
-// convertSetup creates the copy in the engine (alterEngineSQL) and the triggers that mirror every write of the
-// inbox into it, each in the writer's transaction.
-var convertSetup = []string{
-	"CREATE TABLE " + convertTable + " LIKE inbox",
-	alterEngineSQL,
-	"CREATE TRIGGER " + convertInsert + " AFTER INSERT ON inbox FOR EACH ROW REPLACE INTO " + convertTable + " (" + inboxCols + ") VALUES (" + newCols + ")",
-	"CREATE TRIGGER " + convertUpdate + " AFTER UPDATE ON inbox FOR EACH ROW BEGIN DELETE FROM " + convertTable + " WHERE " + oldKey + "; REPLACE INTO " + convertTable + " (" + inboxCols + ") VALUES (" + newCols + "); END",
-	"CREATE TRIGGER " + convertDelete + " AFTER DELETE ON inbox FOR EACH ROW DELETE FROM " + convertTable + " WHERE " + oldKey,
+// convertSetup creates the copy in e and the triggers that mirror every
+// write of the inbox into it, each in the writer's transaction.
+func convertSetup(e Engine) []string {
+	return []string{
+		"CREATE TABLE " + convertTable + " LIKE inbox",
+		e.alterSQL(convertTable),
+		"CREATE TRIGGER " + convertInsert + " AFTER INSERT ON inbox FOR EACH ROW REPLACE INTO " + convertTable + " (" + inboxCols + ") VALUES (" + newCols + ")",
+		"CREATE TRIGGER " + convertUpdate + " AFTER UPDATE ON inbox FOR EACH ROW BEGIN DELETE FROM " + convertTable + " WHERE " + oldKey + "; REPLACE INTO " + convertTable + " (" + inboxCols + ") VALUES (" + newCols + "); END",
+		"CREATE TRIGGER " + convertDelete + " AFTER DELETE ON inbox FOR EACH ROW DELETE FROM " + convertTable + " WHERE " + oldKey,
+	}
 }
 
 // dropConversion removes what a conversion cut short left: its triggers
@@ -286,17 +300,13 @@ func convertInbox(ctx context.Context, sh *Shard, e Engine, log *slog.Logger, pr
 	if err := sh.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM (SELECT 1 FROM inbox LIMIT 1) AS one`).Scan(&rows); err != nil {
 		return err
 	}
-	family := ""
-	if e == RocksDB {
-		family = " COMMENT 'cfname=" + InboxFamily + "'"
-	}
 	if rows == 0 {
 		// A new database: nothing to copy online.
-		_, err := sh.DB.ExecContext(ctx, fmt.Sprintf(alterEngineSQL, "inbox", e.sqlName(), family))
+		_, err := sh.DB.ExecContext(ctx, e.alterSQL("inbox"))
 		return err
 	}
 	if progress == nil {
-		return fmt.Errorf("the inbox is in %s and holds rows, the setting says %s: run feedd migrate with FEED_INBOX_ENGINE=%s to convert it online", cur, e, e)
+		return mismatch(cur, e)
 	}
 	var others int
 	err = sh.DB.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'inbox'`).Scan(&others)
@@ -306,10 +316,7 @@ func convertInbox(ctx context.Context, sh *Shard, e Engine, log *slog.Logger, pr
 	if others > 0 {
 		return fmt.Errorf("the inbox has %d triggers of a reshard under way: finish or abort it before changing the inbox engine", others)
 	}
-	for i, q := range convertSetup {
-		if i == 1 {
-			q = fmt.Sprintf(q, convertTable, e.sqlName(), family)
-		}
+	for _, q := range convertSetup(e) {
 		if _, err := sh.DB.ExecContext(ctx, q); err != nil {
 			return err
 		}

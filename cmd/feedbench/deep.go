@@ -506,8 +506,10 @@ func ratioOf(a, b []time.Duration) float64 {
 	return 0
 }
 
+// verdictAtMost is verdict for an upper bound; a figure of 0 is one the
+// run did not measure, not one that meets it.
 func verdictAtMost(v, target float64) string {
-	if v <= target {
+	if v <= target && v > 0 {
 		return "met"
 	}
 	return fmt.Sprintf("**MISSED** (%.1f > %.0f)", v, target)

@@ -139,16 +139,6 @@ func (s *diskServer) stop(log *slog.Logger) {
 	log.Info("feedbench: disk-resident server stopped")
 }
 
-// readOf returns the report's read result with the key.
-func readOf(r *report, key string) (readResult, bool) {
-	for _, rr := range r.Reads {
-		if rr.Key == key {
-			return rr, true
-		}
-	}
-	return readResult{}, false
-}
-
 // footprintAt is the report's last footprint taken at a time that begins
 // with when, or the zero one.
 func footprintAt(r *report, when string) tableFootprint {
@@ -195,12 +185,12 @@ func renderDisk(w *bytes.Buffer, opt options, args []string, srv *diskServer, re
 		float64(frk.DataBytes+frk.IndexBytes)/(1<<20), float64(frk.DataBytes+frk.IndexBytes)/diskCacheBytes)
 	p("| bytes per entry as loaded | %.1f | %.1f | %.2f | |", fin.BytesPerRow(), frk.BytesPerRow(), safeRatio(frk.BytesPerRow(), fin.BytesPerRow()))
 	p("| bytes per entry at steady state (phase D: inboxes at the limit turned over by the service's fan-out and trims) | %.1f | %.1f | %.2f | MyRocks ≤ 12: %s |", ein.BytesPerRow(), erk.BytesPerRow(),
-		safeRatio(erk.BytesPerRow(), ein.BytesPerRow()), atMost(erk.BytesPerRow(), 12))
+		safeRatio(erk.BytesPerRow(), ein.BytesPerRow()), verdictAtMost(erk.BytesPerRow(), 12))
 	p("| load rate, rows/s | %s | %s | %.2f | |", count(int(rate(in.Load.Rows, in.Load.Elapsed))), count(int(rate(rk.Load.Rows, rk.Load.Elapsed))),
 		safeRatio(rate(rk.Load.Rows, rk.Load.Elapsed), rate(in.Load.Rows, in.Load.Elapsed)))
 	readRow := func(key, name, target string, want float64) {
-		a, okA := readOf(in, key)
-		b, okB := readOf(rk, key)
+		a, okA := in.read(key)
+		b, okB := rk.read(key)
 		if !okA || !okB {
 			return
 		}
@@ -230,8 +220,8 @@ func renderDisk(w *bytes.Buffer, opt options, args []string, srv *diskServer, re
 		p("| %s | %.2f | %.2f | ≥ %g: InnoDB %s, MyRocks %s |", name, a, b, want, verdict(a, want), verdict(b, want))
 	}
 	ratioRow("feed pages, HTTP / raw SELECT", func(r *report) float64 {
-		h, _ := readOf(r, readInbox)
-		c, _ := readOf(r, readRaw)
+		h, _ := r.read(readInbox)
+		c, _ := r.read(readRaw)
 		return safeRatio(h.Rate(), c.Rate())
 	}, 0.8)
 	if in.Fanout != nil && rk.Fanout != nil {
@@ -239,14 +229,6 @@ func renderDisk(w *bytes.Buffer, opt options, args []string, srv *diskServer, re
 			return safeRatio(r.Fanout.Fanout.Rate(), r.Fanout.Ceiling.Rate())
 		}, 0.7)
 	}
-}
-
-// atMost is verdict for an upper bound.
-func atMost(v, limit float64) string {
-	if v <= limit && v > 0 {
-		return "met"
-	}
-	return fmt.Sprintf("**MISSED** (%.1f > %g)", v, limit)
 }
 
 // writeDiskSection puts section between diskBegin and diskEnd in path,

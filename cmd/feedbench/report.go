@@ -442,9 +442,7 @@ func (r *report) renderReads(p func(string, ...any)) {
 	p("")
 	p("| reader | pages/s | p50 | p99 | queries/page | pull authors/page |")
 	p("|---|---:|---:|---:|---:|---:|")
-	by := map[string]readResult{}
 	for _, rr := range r.Reads {
-		by[rr.Key] = rr
 		pulls := "—"
 		if rr.FromMetrics {
 			pulls = fmt.Sprintf("%.1f", rr.PullAuthorsPerPage)
@@ -460,8 +458,8 @@ func (r *report) renderReads(p func(string, ...any)) {
 	p("| ratio | value | target | verdict |")
 	p("|---|---:|---:|---|")
 	ratio := func(name, a, b string, target float64) {
-		ra, okA := by[a]
-		rb, okB := by[b]
+		ra, okA := r.read(a)
+		rb, okB := r.read(b)
 		if !okA || !okB || rb.Rate() == 0 {
 			return
 		}
@@ -655,6 +653,16 @@ func section(p func(string, ...any), phase byte, title string, ran bool) bool {
 		p("")
 	}
 	return ran
+}
+
+// read returns the report's read result with the key.
+func (r *report) read(key string) (readResult, bool) {
+	for _, rr := range r.Reads {
+		if rr.Key == key {
+			return rr, true
+		}
+	}
+	return readResult{}, false
 }
 
 func verdict(v, target float64) string {
