@@ -11,8 +11,9 @@ import (
 // A claimable table leases rows to one worker at a time with claim_token and
 // claimed_until, like river's JobGetAvailable: SELECT … FOR UPDATE SKIP LOCKED
 // finds candidates without waiting, then a guarded UPDATE takes them and its
-// RowsAffected is what counts. Here SKIP LOCKED is only an optimisation:
-// TiDB ignores it silently, and the guard still keeps a row to one worker. A
+// RowsAffected is what counts, and the rows taken are read back under its
+// locks. Here SKIP LOCKED is only an optimisation: TiDB ignores it silently,
+// and the guard still keeps a row to one worker. A
 // row whose lease passed is claimable again, which is how a dead worker's
 // rows are rescued. (Fan-out tasks are claimed differently, by their first
 // batch: see nextTaskSQL.)
@@ -70,18 +71,13 @@ func claim[T any, PT claimRow[T]](ctx context.Context, s *Store, sh *Shard, t cl
 		for i := range cand {
 			args = append(args, PT(&cand[i]).claimKey()...)
 		}
-		res, err := tx.ExecContext(ctx, claimUpdateSQL(t, len(cand)), args...)
-		if err != nil {
+		if claimed, err := affected(tx.ExecContext(ctx, claimUpdateSQL(t, len(cand)), args...)); err != nil || !claimed {
 			return err
 		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if int(n) == len(cand) {
-			got = cand
-			return nil
-		}
-		// Another worker took some rows (possible where SKIP LOCKED is a
-		// no-op): keep only those carrying our token.
+		// The rows are read again under the locks the UPDATE took: the
+		// candidates' values are those of a read that locked nothing where
+		// SKIP LOCKED is a no-op (TiDB), and a row may have changed since
+		// (a delivery turned into a retraction), or gone to another worker.
 		sel := "SELECT " + t.cols + " FROM " + t.table + " WHERE claim_token = ? AND " + keyIn(t.key, len(cand))
 		return sqlx.SelectContext(ctx, tx, &got, sel, append([]any{token}, args[3:]...)...)
 	})

@@ -250,6 +250,9 @@ func nextTaskSQL(skip int) string {
 const claimTaskSQL = `UPDATE fanout_tasks SET claim_token = ?, claimed_until = ?
 WHERE content_id = ? AND seq = ? AND done = 0 AND claimed_until < ?`
 
+// claimedTaskSQL reads the task claimTaskSQL just claimed.
+var claimedTaskSQL = "SELECT " + taskClaims.cols + " FROM fanout_tasks WHERE content_id = ? AND seq = ?"
+
 const followersPageSQL = `SELECT user_id FROM followers WHERE author_id = ? AND user_id > ? AND user_id <= ? ORDER BY user_id LIMIT ?`
 
 // batchFollowersSQL is a batch's followers page: a plain read, which in the
@@ -402,11 +405,17 @@ func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uin
 		}
 		// The guarded UPDATE is the claim, whatever SKIP LOCKED did (TiDB
 		// ignores it and locks nothing): its row lock holds the task for
-		// the batch, and a worker that waited for it finds it leased.
+		// the batch, and a worker that waited for it finds it leased. The
+		// task is read again under that lock: the read above locked
+		// nothing on TiDB, and a delete may have put a retraction's task
+		// under the same key since.
 		if claimed, err := affected(tx.ExecContext(ctx, claimTaskSQL, token, opt.LeaseUntil, ready[0].ContentID, ready[0].Seq, now)); err != nil || !claimed {
 			return err
 		}
-		t = &ready[0]
+		t = new(Task)
+		if err := tx.GetContext(ctx, t, claimedTaskSQL, ready[0].ContentID, ready[0].Seq); err != nil {
+			return err
+		}
 		t.Token = token
 		var err error
 		res, err = s.runBatch(ctx, tx, sh, t, opt, 1)
