@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storetest"
 )
 
 // planRow is one row of EXPLAIN, by lower-cased column name: MySQL 8 and
@@ -20,6 +22,55 @@ func (r planRow) String() string {
 }
 
 func explain(t *testing.T, sh *store.Shard, q string, args ...any) []planRow {
+	t.Helper()
+	plan := explainRows(t, sh, q, args...)
+	if storetest.TiDB(t) {
+		plan = tidbPlan(plan)
+	}
+	return plan
+}
+
+var (
+	tidbOp     = regexp.MustCompile(`^([A-Za-z_]+?)_\d+`)
+	tidbTable  = regexp.MustCompile(`table:(\w+)`)
+	tidbIndex  = regexp.MustCompile(`index:(\w+)\(`)
+	tidbRanges = map[string]string{"TableRangeScan": "range", "IndexRangeScan": "range", "Point_Get": "range", "Batch_Point_Get": "range",
+		"TableFullScan": "ALL", "IndexFullScan": "index"}
+)
+
+// tidbPlan gives TiDB's plan (id, estrows, task, access object, operator
+// info) the columns the checks read: a row per table read (its key, and
+// "range" for a range scan or a point read of a key, "ALL" or "index" for
+// a full scan), and a filesort row per sort. The rows an index range finds
+// are fetched by key (TableRowIDScan), as MySQL's one row for such a read.
+func tidbPlan(plan []planRow) []planRow {
+	var out []planRow
+	for _, r := range plan {
+		m := tidbOp.FindStringSubmatch(strings.TrimLeft(r["id"], "└─│├ "))
+		if m == nil {
+			continue
+		}
+		switch op := m[1]; {
+		case op == "Sort" || op == "TopN":
+			out = append(out, planRow{"extra": "Using filesort (" + op + ")"})
+		case tidbRanges[op] != "":
+			row := planRow{"type": tidbRanges[op], "key": "PRIMARY", "extra": r["operator info"]}
+			if strings.HasPrefix(r["operator info"], "range: decided by [eq(") {
+				row["type"] = "eq_ref" // the inner side of an index join: a lookup per outer row
+			}
+			if t := tidbTable.FindStringSubmatch(r["access object"]); t != nil {
+				row["table"] = t[1]
+			}
+			if i := tidbIndex.FindStringSubmatch(r["access object"]); i != nil {
+				row["key"] = i[1]
+			}
+			out = append(out, row)
+		}
+	}
+	return out
+}
+
+func explainRows(t *testing.T, sh *store.Shard, q string, args ...any) []planRow {
 	t.Helper()
 	rows, err := sh.DB.QueryxContext(t.Context(), "EXPLAIN "+q, args...)
 	if err != nil {
@@ -190,6 +241,11 @@ func TestExplainRangeScans(t *testing.T) {
 		}
 	})
 
+	// TiDB has neither a loose index scan nor an index-only read in a
+	// DELETE's join: there the plans below read ranges of the same keys,
+	// but more rows of them (docs/SHARDING.md).
+	tidb := storetest.TiDB(t)
+
 	// A deep page reads the head of every followed author: one statement
 	// for hundreds of them, which must skip from author to author through
 	// the index (a loose index scan), not read each author's posts.
@@ -205,7 +261,7 @@ func TestExplainRangeScans(t *testing.T) {
 			plan := explain(t, sh, q, args...)
 			rangeScan(t, plan, "posts")
 			for _, r := range plan {
-				if !strings.Contains(strings.ToLower(r["extra"]), "using index for group-by") {
+				if !tidb && !strings.Contains(strings.ToLower(r["extra"]), "using index for group-by") {
 					t.Errorf("plan of the heads: %v; want a loose index scan (using index for group-by)", r)
 				}
 			}
@@ -231,7 +287,7 @@ func TestExplainRangeScans(t *testing.T) {
 				loose++
 			}
 		}
-		if loose != 1 {
+		if loose != 1 && !tidb {
 			t.Errorf("plan of the window with heads: %v; want one loose index scan", plan)
 		}
 	})
@@ -260,7 +316,7 @@ func TestExplainRangeScans(t *testing.T) {
 				switch r["table"] {
 				case "f":
 					seen = true
-					if r["key"] != "idx_following_author" || r["type"] != "range" || !strings.Contains(strings.ToLower(r["extra"]), "using index") {
+					if r["key"] != "idx_following_author" || r["type"] != "range" || (!tidb && !strings.Contains(strings.ToLower(r["extra"]), "using index")) {
 						t.Errorf("plan of following: %v; want a range of idx_following_author, using the index alone", r)
 					}
 				case "u", "i":

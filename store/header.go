@@ -93,7 +93,7 @@ func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
 // header and stops at the lower bound, so a count above a read marker reads
 // only the rows it counts. src is 0 for both (the header is the row at the
 // header key).
-const feedPageSQL = `SELECT 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k,
+const feedPageSQL = `SELECT ` + inboxInOrder + ` 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k,
  floor_time AS ft, floor_id AS fi, last_read_at AS lr, active_since AS act, pulls AS p, follows AS fv
  FROM inbox FORCE INDEX (PRIMARY)
  WHERE user_id = ? AND (` + keysetOlder + ` OR ` + headerKeySQL + `) AND ` + keysetFrom + `

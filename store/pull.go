@@ -29,7 +29,7 @@ const pullChunk = 64
 
 // pullPartSQL is one author's part of a pull statement: its newest posts
 // below a bound, a backward range scan of the posts primary key.
-const pullPartSQL = `(SELECT content_id, author_id, publish_time, kind FROM posts
+const pullPartSQL = `(SELECT ` + postsInOrder + ` content_id, author_id, publish_time, kind FROM posts
 WHERE author_id = ? AND deleted = 0 AND ` + keysetOlder + ` AND ` + keysetFrom + `
 ORDER BY publish_time DESC, content_id DESC LIMIT ?)`
 

@@ -92,6 +92,34 @@ func discover() (string, error) {
 	return cfg.FormatDSN(), nil
 }
 
+var (
+	tidbOnce sync.Once
+	isTiDB   bool
+	tidbErr  error
+)
+
+// TiDB reports whether the test server is TiDB. Tests of what an engine
+// does beyond the SQL the store relies on (EXPLAIN's output, lock waits
+// seen in information_schema, SKIP LOCKED) check TiDB's own behaviour there.
+func TiDB(t testing.TB) bool {
+	t.Helper()
+	server := ServerDSN(t)
+	tidbOnce.Do(func() {
+		var db *sql.DB
+		if db, tidbErr = sql.Open("mysql", server); tidbErr != nil {
+			return
+		}
+		defer db.Close()
+		var version string
+		tidbErr = db.QueryRow("SELECT VERSION()").Scan(&version)
+		isTiDB = strings.Contains(version, "TiDB")
+	})
+	if tidbErr != nil {
+		t.Fatalf("storetest: server version: %v", tidbErr)
+	}
+	return isTiDB
+}
+
 // DatabaseDSN returns a DSN for a new database named after the test, created
 // empty and dropped when the test ends.
 func DatabaseDSN(t testing.TB) string {
