@@ -155,6 +155,15 @@ bench-disk: ## Disk-resident InnoDB against MyRocks inbox (own server, 128 MiB c
 	fi
 	set -x; $(GO) run ./cmd/feedbench $(DISK_BENCH) $(BENCHFLAGS)
 
+# The TiDB run: both servers on this machine, one after the other.
+TIDB_BENCH = -phases AC -users 5000 -inbox-rows 100 -fanout-authors 10 -fanout-followers 2000 -rounds 4 -reader-users 1000 -duration 5s
+
+.PHONY: bench-tidb
+bench-tidb: ## Fan-out and feed pages on an in-process TiDB beside the local MariaDB (section T of docs/BENCHMARKS.md)
+	cd tidbtest && $(GO) build -o ../bin/tidbtest .
+	@$(WITH_TEST_DB) \
+	set -x; bin/tidbtest -- $(GO) run ./cmd/feedbench $(TIDB_BENCH) -tidb-beside "$$FEED_TEST_MYSQL_DSN" $(BENCHFLAGS)
+
 .PHONY: crash
 crash: ## Run the full crash/recovery tests (FEED_CRASH_FULL=1, -run TestCrash)
 	@$(WITH_TEST_DB) \

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/pressly/goose/v3"
@@ -121,12 +122,8 @@ func migrateLocked(ctx context.Context, sh *Shard, after func() error) (res []*g
 		return nil, 0, err
 	}
 	defer conn.Close()
-	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+migrateLockName+`, 300)`).Scan(&got); err != nil {
-		return nil, 0, fmt.Errorf("get_lock: %w", err)
-	}
-	if got.Int64 != 1 {
-		return nil, 0, fmt.Errorf("get_lock %s: timed out", migrateLockName)
+	if err := getMigrateLock(ctx, conn); err != nil {
+		return nil, 0, err
 	}
 	// Closing the connection would release the lock too; release it
 	// explicitly even if ctx is done.
@@ -143,6 +140,31 @@ func migrateLocked(ctx context.Context, sh *Shard, after func() error) (res []*g
 		return nil, 0, err
 	}
 	return res, version, after()
+}
+
+// getMigrateLock waits up to five minutes for the migrate lock on conn. TiDB
+// takes GET_LOCK as a pessimistic lock on a row of its own, and a waiter
+// that loses to other migrators too often gets "pessimistic lock retry limit
+// reached" instead of waiting on: it asks again until the five minutes are up.
+func getMigrateLock(ctx context.Context, conn *sql.Conn) error {
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		var got sql.NullInt64
+		err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+migrateLockName+`, ?)`, max(1, int(time.Until(deadline).Seconds()))).Scan(&got)
+		switch {
+		case err == nil && got.Int64 == 1:
+			return nil
+		case err == nil:
+			return fmt.Errorf("get_lock %s: timed out", migrateLockName)
+		case !Retryable(err) || time.Now().After(deadline):
+			return fmt.Errorf("get_lock: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // createDatabase connects without a database name and creates the DSN's

@@ -53,7 +53,7 @@ func runDisk(ctx context.Context, opt options, args []string, log *slog.Logger) 
 	}
 	var b bytes.Buffer
 	renderDisk(&b, opt, args, srv, reps, time.Since(start))
-	if err := writeDiskSection(opt.Out, b.String()); err != nil {
+	if err := writeSection(opt.Out, diskBegin, diskEnd, b.String()); err != nil {
 		return err
 	}
 	log.Info("feedbench: disk-resident section written", "file", opt.Out, "elapsed", time.Since(start).Round(time.Second))
@@ -219,11 +219,7 @@ func renderDisk(w *bytes.Buffer, opt options, args []string, srv *diskServer, re
 		a, b := f(in), f(rk)
 		p("| %s | %.2f | %.2f | ≥ %g: InnoDB %s, MyRocks %s |", name, a, b, want, verdict(a, want), verdict(b, want))
 	}
-	ratioRow("feed pages, HTTP / raw SELECT", func(r *report) float64 {
-		h, _ := r.read(readInbox)
-		c, _ := r.read(readRaw)
-		return safeRatio(h.Rate(), c.Rate())
-	}, 0.8)
+	ratioRow("feed pages, HTTP / raw SELECT", httpOverRaw, 0.8)
 	if in.Fanout != nil && rk.Fanout != nil {
 		ratioRow("fan-out rows/s, service / raw INSERT + trim", func(r *report) float64 {
 			return safeRatio(r.Fanout.Fanout.Rate(), r.Fanout.Ceiling.Rate())
@@ -231,18 +227,18 @@ func renderDisk(w *bytes.Buffer, opt options, args []string, srv *diskServer, re
 	}
 }
 
-// writeDiskSection puts section between diskBegin and diskEnd in path,
+// writeSection puts section between the markers begin and end in path,
 // after the generated report's keep marker (added at the end if missing),
 // leaving the rest of the file as it is.
-func writeDiskSection(path, section string) error {
+func writeSection(path, begin, end, section string) error {
 	old, err := os.ReadFile(path)
 	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
 	text := string(old)
-	block := diskBegin + "\n" + section + diskEnd
-	if before, rest, ok := strings.Cut(text, diskBegin); ok {
-		_, after, _ := strings.Cut(rest, diskEnd)
+	block := begin + "\n" + section + end
+	if before, rest, ok := strings.Cut(text, begin); ok {
+		_, after, _ := strings.Cut(rest, end)
 		text = before + block + after
 	} else {
 		if !strings.Contains(text, keepMarker) {

@@ -86,6 +86,9 @@ type options struct {
 	DiskDir    string
 	RocksDBCnf string
 
+	// make bench-tidb (tidb.go): the server measured beside TiDB, which DSN names.
+	TiDBBeside string
+
 	CPUProfile string
 }
 
@@ -215,6 +218,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.Disk, "disk", false, "make bench-disk: start a server of its own with small caches and direct I/O, run the phases for each inbox engine, write the side-by-side section into -out")
 	fs.StringVar(&o.DiskDir, "disk-dir", o.DiskDir, "-disk: the server's data directory (on the disk to measure; emptied first)")
 	fs.StringVar(&o.RocksDBCnf, "rocksdb-cnf", o.RocksDBCnf, "-disk: the server's option file")
+	fs.StringVar(&o.TiDBBeside, "tidb-beside", "", "make bench-tidb: -dsn is TiDB; run the phases on this server DSN (MariaDB) first, then on TiDB, and write the side-by-side section into -out")
 	fs.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err

@@ -56,8 +56,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if opt.Disk {
+	switch {
+	case opt.Disk:
 		return runDisk(ctx, opt, args, log)
+	case opt.TiDBBeside != "":
+		return runTiDB(ctx, opt, args, log)
 	}
 	rep, err := measure(ctx, opt, args, log)
 	if err != nil {
