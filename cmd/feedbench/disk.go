@@ -6,15 +6,14 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storetest"
 )
 
 // The disk-resident run (make bench-disk) gives each engine the same
@@ -43,7 +42,7 @@ func runDisk(ctx context.Context, opt options, args []string, log *slog.Logger) 
 	var reps []*report
 	for _, e := range diskEngines {
 		o := opt
-		o.DSN, o.InboxEngine = srv.dsn, string(e)
+		o.DSN, o.InboxEngine = srv.DSN, string(e)
 		log.Info("feedbench: disk-resident run", "engine", e)
 		rep, err := measure(ctx, o, args, log)
 		if err != nil {
@@ -62,12 +61,11 @@ func runDisk(ctx context.Context, opt options, args []string, log *slog.Logger) 
 
 // diskServer is the mariadbd of a disk-resident run.
 type diskServer struct {
-	dsn     string
-	cmd     *exec.Cmd
+	*storetest.Server
 	version string
 }
 
-// startDiskServer initialises opt.DiskDir and starts mariadbd on it with
+// startDiskServer empties opt.DiskDir and starts mariadbd there with
 // opt.RocksDBCnf, the engines' caches at diskCacheBytes and direct I/O.
 func startDiskServer(ctx context.Context, opt options, log *slog.Logger) (*diskServer, error) {
 	dir, err := filepath.Abs(opt.DiskDir)
@@ -81,61 +79,38 @@ func startDiskServer(ctx context.Context, opt options, log *slog.Logger) (*diskS
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, err
 	}
-	data, tmp := filepath.Join(dir, "data"), filepath.Join(dir, "tmp")
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return nil, err
-	}
-	var user []string
-	if os.Geteuid() == 0 {
-		user = []string{"--user=root"}
-	}
-	install := exec.CommandContext(ctx, "mariadb-install-db", append([]string{"--no-defaults", "--datadir=" + data,
-		"--auth-root-authentication-method=normal", "--skip-test-db", "--basedir=/usr"}, user...)...)
-	if out, err := install.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("mariadb-install-db: %v\n%s", err, out)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	cache := strconv.Itoa(diskCacheBytes)
-	srvArgs := append([]string{"--defaults-file=" + cnf, "--datadir=" + data, "--tmpdir=" + tmp,
-		"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1", "--socket=" + filepath.Join(dir, "sock"),
-		"--skip-name-resolve", "--max-connections=1000", "--log-error=" + filepath.Join(dir, "error.log"),
-		"--innodb-buffer-pool-size=" + cache, "--innodb-flush-method=O_DIRECT",
-		"--rocksdb-block-cache-size=" + cache, "--rocksdb-use-direct-reads=ON",
-		"--rocksdb-use-direct-io-for-flush-and-compaction=ON"}, user...)
-	cmd := exec.Command("mariadbd", srvArgs...)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start mariadbd: %w", err)
+	s, err := storetest.LaunchServer(dir, "--defaults-file="+cnf, "--max-connections=1000",
+		"--innodb-buffer-pool-size="+cache, "--innodb-flush-method=O_DIRECT",
+		"--rocksdb-block-cache-size="+cache, "--rocksdb-use-direct-reads=ON",
+		"--rocksdb-use-direct-io-for-flush-and-compaction=ON")
+	srv := &diskServer{Server: s}
+	if err == nil {
+		srv.version, err = serverVersion(ctx, s.DSN)
 	}
-	srv := &diskServer{dsn: fmt.Sprintf("root@tcp(127.0.0.1:%d)/", port), cmd: cmd}
-	db, err := sql.Open("mysql", srv.dsn)
 	if err != nil {
+		if s != nil {
+			s.Kill()
+		}
 		return nil, err
 	}
-	defer db.Close()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		if err = db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&srv.version); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			srv.stop(log)
-			logText, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			return nil, fmt.Errorf("mariadbd did not answer within a minute: %v\n%s", err, logText)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	log.Info("feedbench: disk-resident server", "dsn", srv.dsn, "data", data, "version", srv.version)
+	log.Info("feedbench: disk-resident server", "dsn", s.DSN, "dir", dir, "version", srv.version)
 	return srv, nil
 }
 
+func serverVersion(ctx context.Context, dsn string) (string, error) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return "", err
+	}
+	defer db.Close()
+	var v string
+	return v, db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&v)
+}
+
 func (s *diskServer) stop(log *slog.Logger) {
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	s.Kill()
+	storetest.RemoveServerTemplate()
 	log.Info("feedbench: disk-resident server stopped")
 }
 

@@ -85,57 +85,73 @@ func ModuleRoot() (string, error) {
 // option files to read), then the test server's options, then extra.
 func startServer(t testing.TB, defaults string, extra []string) *Server {
 	t.Helper()
-	mariadbd, err := findBinary("mariadbd", "mysqld")
+	srv, err := LaunchServer(t.TempDir(), defaults, append([]string{"--innodb-buffer-pool-size=64M",
+		"--innodb-log-file-size=48M", "--max-connections=300"}, extra...)...)
+	if srv != nil {
+		t.Cleanup(func() {
+			srv.Resume()
+			srv.Kill()
+		})
+	}
 	if err != nil {
 		t.Fatalf("storetest: %v", err)
+	}
+	return srv
+}
+
+// LaunchServer starts a mariadbd of its own in dir (which must be empty or
+// missing; its data directory is a copy of an initialised one) on a free
+// port, reading the option files defaults names (its first option), then
+// the options every such server gets, then extra, and waits until it
+// answers. The caller kills it; feedbench's disk-resident run starts its
+// server so. When the server started but did not answer, it comes back
+// with the error, to be killed.
+func LaunchServer(dir, defaults string, extra ...string) (*Server, error) {
+	mariadbd, err := findBinary("mariadbd", "mysqld")
+	if err != nil {
+		return nil, err
 	}
 	template, err := serverTemplate(mariadbd)
 	if err != nil {
-		t.Fatalf("storetest: %v", err)
-	}
-	dir := t.TempDir()
-	data := filepath.Join(dir, "data")
-	if out, err := exec.Command("cp", "-a", template, data).CombinedOutput(); err != nil {
-		t.Fatalf("storetest: copy the initialised data directory: %v\n%s", err, out)
+		return nil, err
 	}
 	// Temporary tables go in the server's own directory: in a shared /tmp,
 	// whatever cleans it up takes them from under the server.
-	tmp := filepath.Join(dir, "tmp")
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		t.Fatalf("storetest: %v", err)
+	data, tmp := filepath.Join(dir, "data"), filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
 	}
-	port := freePort(t)
+	if out, err := exec.Command("cp", "-a", template, data).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("copy the initialised data directory: %v\n%s", err, out)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	srv := &Server{Port: port, DSN: fmt.Sprintf("root@tcp(127.0.0.1:%d)/", port)}
 	srvArgs := []string{defaults, "--datadir=" + data, "--tmpdir=" + tmp, "--port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(dir, "sock"), "--skip-name-resolve",
-		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=48M", "--max-connections=300",
 		"--log-error=" + filepath.Join(dir, "error.log")}
 	if os.Geteuid() == 0 {
 		srvArgs = append(srvArgs, "--user=root")
 	}
-	srvArgs = append(srvArgs, extra...)
-	srv.bin, srv.args, srv.dir = mariadbd, srvArgs, dir
-	t.Cleanup(func() {
-		srv.Resume()
-		srv.Kill()
-	})
-	srv.start(t)
-	return srv
+	srv.bin, srv.args, srv.dir = mariadbd, append(srvArgs, extra...), dir
+	return srv, srv.start()
 }
 
 // start runs mariadbd on the server's data directory and waits until it
 // answers.
-func (s *Server) start(t testing.TB) {
-	t.Helper()
+func (s *Server) start() error {
 	s.cmd = exec.Command(s.bin, s.args...)
 	var stderr bytes.Buffer
 	s.cmd.Stderr = &stderr
 	if err := s.cmd.Start(); err != nil {
-		t.Fatalf("storetest: start %s: %v", s.bin, err)
+		s.cmd = nil
+		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
 	db, err := sql.Open("mysql", s.DSN+"?timeout=1s")
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer db.Close()
 	deadline := time.Now().Add(60 * time.Second)
@@ -144,11 +160,11 @@ func (s *Server) start(t testing.TB) {
 		err = db.PingContext(ctx)
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(s.dir, "error.log"))
-			t.Fatalf("storetest: mariadbd on port %d did not answer within 60 s: %v\n%s%s", s.Port, err, stderr.String(), log)
+			return fmt.Errorf("mariadbd on port %d did not answer within 60 s: %v\n%s%s", s.Port, err, stderr.String(), log)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -166,7 +182,9 @@ func (s *Server) Kill() {
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Kill()
-	s.start(t)
+	if err := s.start(); err != nil {
+		t.Fatalf("storetest: %v", err)
+	}
 }
 
 var (
@@ -218,7 +236,11 @@ func RemoveServerTemplate() {
 func (s *Server) Stop() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
 
 // Resume undoes Stop.
-func (s *Server) Resume() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
+func (s *Server) Resume() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+	}
+}
 
 func findBinary(names ...string) (string, error) {
 	for _, n := range names {
@@ -240,12 +262,11 @@ func isExecutable(path string) bool {
 }
 
 // freePort asks the kernel for a port no one listens on.
-func freePort(t testing.TB) int {
-	t.Helper()
+func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }

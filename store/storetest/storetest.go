@@ -49,17 +49,42 @@ func InboxEngine(t testing.TB) store.Engine {
 var (
 	serverOnce sync.Once
 	serverDSN  string
+	serverTiDB bool
 	serverErr  error
 )
 
 // ServerDSN returns the DSN of the test server with no database name.
 func ServerDSN(t testing.TB) string {
 	t.Helper()
-	serverOnce.Do(func() { serverDSN, serverErr = discover() })
+	serverOnce.Do(func() {
+		if serverDSN, serverErr = discover(); serverErr == nil {
+			serverTiDB, serverErr = isTiDB(serverDSN)
+		}
+	})
 	if serverErr != nil {
 		t.Fatalf("storetest: no MySQL server: %v", serverErr)
 	}
 	return serverDSN
+}
+
+// TiDB reports whether the test server is TiDB. Tests of what an engine
+// does beyond the SQL the store relies on (EXPLAIN's output, lock waits
+// seen in information_schema, SKIP LOCKED) check TiDB's own behaviour there.
+func TiDB(t testing.TB) bool {
+	t.Helper()
+	ServerDSN(t)
+	return serverTiDB
+}
+
+func isTiDB(dsn string) (bool, error) {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return false, err
+	}
+	defer db.Close()
+	var version string
+	err = db.QueryRow("SELECT VERSION()").Scan(&version)
+	return strings.Contains(version, "TiDB"), err
 }
 
 func discover() (string, error) {
@@ -90,34 +115,6 @@ func discover() (string, error) {
 	}
 	cfg.DBName = ""
 	return cfg.FormatDSN(), nil
-}
-
-var (
-	tidbOnce sync.Once
-	isTiDB   bool
-	tidbErr  error
-)
-
-// TiDB reports whether the test server is TiDB. Tests of what an engine
-// does beyond the SQL the store relies on (EXPLAIN's output, lock waits
-// seen in information_schema, SKIP LOCKED) check TiDB's own behaviour there.
-func TiDB(t testing.TB) bool {
-	t.Helper()
-	server := ServerDSN(t)
-	tidbOnce.Do(func() {
-		var db *sql.DB
-		if db, tidbErr = sql.Open("mysql", server); tidbErr != nil {
-			return
-		}
-		defer db.Close()
-		var version string
-		tidbErr = db.QueryRow("SELECT VERSION()").Scan(&version)
-		isTiDB = strings.Contains(version, "TiDB")
-	})
-	if tidbErr != nil {
-		t.Fatalf("storetest: server version: %v", tidbErr)
-	}
-	return isTiDB
 }
 
 // DatabaseDSN returns a DSN for a new database named after the test, created
