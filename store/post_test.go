@@ -446,6 +446,9 @@ func TestPullPostsDatabaseDown(t *testing.T) {
 		broken.Databases["db1"] = cfg
 		return openStore(t, &broken)
 	}
+	// The shard timeout: what a hung database costs, and long enough for
+	// the healthy one's read on a machine busy with other suites.
+	const shardTimeout = 2 * time.Second
 	check := func(what string, got store.Pulled, queries int) {
 		t.Helper()
 		slices.SortFunc(got.Posts, func(a, b feed.Post) int { return cmp.Compare(a.ContentID, b.ContentID) })
@@ -467,14 +470,14 @@ func TestPullPostsDatabaseDown(t *testing.T) {
 		t.Parallel()
 		addr, accepted := hungServer(t)
 		st := withSecond("root@tcp(" + addr + ")/x")
-		got, err := st.PullPosts(t.Context(), sources, 10, 200*time.Millisecond)
+		got, err := st.PullPosts(t.Context(), sources, 10, shardTimeout)
 		must(t, err)
 		check("hung, not flagged", got, 1)
 		if accepted.Load() == 0 {
 			t.Fatal("the hung database was not asked")
 		}
 
-		st.CheckHealth(t.Context(), 200*time.Millisecond, nil)
+		st.CheckHealth(t.Context(), shardTimeout, nil)
 		if h := st.Shards()[1].Health(); h.State != store.StateDown || !h.Unreadable {
 			t.Fatalf("probe of the hung database: %+v, want down and unreadable", h)
 		}
@@ -498,7 +501,7 @@ func TestPullPostsDatabaseDown(t *testing.T) {
 		addr, accepted := hungServer(t)
 		st := withSecond("root@tcp(" + addr + ")/x")
 		st.CacheHeads(time.Minute, time.Now)
-		got, err := st.PullNewest(t.Context(), sources, 1, 200*time.Millisecond)
+		got, err := st.PullNewest(t.Context(), sources, 1, shardTimeout)
 		must(t, err)
 		if newest := newestOf(got.Posts, 1); !slices.Equal(newest, wantUp[len(wantUp)-1:]) || !slices.Equal(got.Missing, down) {
 			t.Errorf("newest %v, missing %v; want %v, %v", newest, got.Missing, wantUp[len(wantUp)-1:], down)
