@@ -118,11 +118,15 @@ test-rocksdb: ## The store, service and crash tests with the inbox in MyRocks (F
 	@export FEED_TEST_MYSQL_DSN="$$($(ROCKSDB_DSN))"; \
 	set -x; $(ROCKSDB_TESTS)
 
+# bin/tidbtest: an in-process TiDB that runs a command against itself.
+.PHONY: tidbtest
+tidbtest:
+	cd tidbtest && $(GO) build -o ../bin/tidbtest .
+
 .PHONY: test-tidb
-test-tidb: ## store, service, httpapi and crash tests on an in-process TiDB (tidbtest/; cold build ~7 min, ~2 GB cache)
+test-tidb: tidbtest ## store, service, httpapi and crash tests on an in-process TiDB (tidbtest/; cold build ~7 min, ~2 GB cache)
 	@# The inbox engine tests start MyRocks servers of their own: this installs the plugin when missing.
 	@$(ROCKSDB_DSN) >/dev/null
-	cd tidbtest && $(GO) build -o ../bin/tidbtest .
 	bin/tidbtest -- $(GO) test -count=1 -timeout 30m $(TESTFLAGS) ./store ./service ./httpapi
 	bin/tidbtest -- $(GO) test -count=1 -timeout 30m -run 'TestCrash' $(TESTFLAGS) ./cmd/feedd
 
@@ -159,8 +163,7 @@ bench-disk: ## Disk-resident InnoDB against MyRocks inbox (own server, 128 MiB c
 TIDB_BENCH = -phases AC -users 5000 -inbox-rows 100 -fanout-authors 10 -fanout-followers 2000 -rounds 4 -reader-users 1000 -duration 5s
 
 .PHONY: bench-tidb
-bench-tidb: ## Fan-out and feed pages on an in-process TiDB beside the local MariaDB (section T of docs/BENCHMARKS.md)
-	cd tidbtest && $(GO) build -o ../bin/tidbtest .
+bench-tidb: tidbtest ## Fan-out and feed pages on an in-process TiDB beside the local MariaDB (section T of docs/BENCHMARKS.md)
 	@$(WITH_TEST_DB) \
 	set -x; bin/tidbtest -- $(GO) run ./cmd/feedbench $(TIDB_BENCH) -tidb-beside "$$FEED_TEST_MYSQL_DSN" $(BENCHFLAGS)
 

@@ -84,14 +84,12 @@ func startDiskServer(ctx context.Context, opt options, log *slog.Logger) (*diskS
 		"--innodb-buffer-pool-size="+cache, "--innodb-flush-method=O_DIRECT",
 		"--rocksdb-block-cache-size="+cache, "--rocksdb-use-direct-reads=ON",
 		"--rocksdb-use-direct-io-for-flush-and-compaction=ON")
-	srv := &diskServer{Server: s}
-	if err == nil {
-		srv.version, err = serverVersion(ctx, s.DSN)
-	}
 	if err != nil {
-		if s != nil {
-			s.Kill()
-		}
+		return nil, err
+	}
+	srv := &diskServer{Server: s}
+	if srv.version, err = serverVersion(ctx, s.DSN); err != nil {
+		s.Kill()
 		return nil, err
 	}
 	log.Info("feedbench: disk-resident server", "dsn", s.DSN, "dir", dir, "version", srv.version)

@@ -87,15 +87,13 @@ func startServer(t testing.TB, defaults string, extra []string) *Server {
 	t.Helper()
 	srv, err := LaunchServer(t.TempDir(), defaults, append([]string{"--innodb-buffer-pool-size=64M",
 		"--innodb-log-file-size=48M", "--max-connections=300"}, extra...)...)
-	if srv != nil {
-		t.Cleanup(func() {
-			srv.Resume()
-			srv.Kill()
-		})
-	}
 	if err != nil {
 		t.Fatalf("storetest: %v", err)
 	}
+	t.Cleanup(func() {
+		srv.Resume()
+		srv.Kill()
+	})
 	return srv
 }
 
@@ -103,9 +101,8 @@ func startServer(t testing.TB, defaults string, extra []string) *Server {
 // missing; its data directory is a copy of an initialised one) on a free
 // port, reading the option files defaults names (its first option), then
 // the options every such server gets, then extra, and waits until it
-// answers. The caller kills it; feedbench's disk-resident run starts its
-// server so. When the server started but did not answer, it comes back
-// with the error, to be killed.
+// answers, or kills it and returns why it did not. The caller kills it;
+// feedbench's disk-resident run starts its server so.
 func LaunchServer(dir, defaults string, extra ...string) (*Server, error) {
 	mariadbd, err := findBinary("mariadbd", "mysqld")
 	if err != nil {
@@ -136,7 +133,11 @@ func LaunchServer(dir, defaults string, extra ...string) (*Server, error) {
 		srvArgs = append(srvArgs, "--user=root")
 	}
 	srv.bin, srv.args, srv.dir = mariadbd, append(srvArgs, extra...), dir
-	return srv, srv.start()
+	if err := srv.start(); err != nil {
+		srv.Kill()
+		return nil, err
+	}
+	return srv, nil
 }
 
 // start runs mariadbd on the server's data directory and waits until it
