@@ -46,7 +46,7 @@ const deliveryParked = 3
 // together.
 const MaxQueuedStreams = 50
 
-const streamCols = `host_id, stream_id, state, scheduled_start, started_at, ended_at, deleted`
+const streamCols = `host_id, stream_id, state, scheduled_start, started_at, ended_at, list, deleted`
 
 type streamRow struct {
 	HostID         uint64        `db:"host_id"`
@@ -55,6 +55,7 @@ type streamRow struct {
 	ScheduledStart int64         `db:"scheduled_start"`
 	StartedAt      sql.NullInt64 `db:"started_at"`
 	EndedAt        sql.NullInt64 `db:"ended_at"`
+	List           int           `db:"list"`
 	Deleted        bool          `db:"deleted"`
 }
 
@@ -273,7 +274,7 @@ const queuesSQL = `SELECT ` + streamCols + ` FROM streams WHERE host_id IN (?) A
 //
 // Returns EUNAVAILABLE if a database holding some host fails.
 func (s *Store) StreamQueues(ctx context.Context, hosts []uint64, timeout time.Duration) ([]feed.Stream, error) {
-	return readStreams(ctx, s, hostSources(hosts, feed.Key{}), timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
+	return readStreams(ctx, s, hostSources(hosts, feed.Key{}), listQueue, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
 		return runChunks(ctx, chunked(srcs, queueChunk), func(ctx context.Context, chunk []PullSource) ([]streamRow, int, error) {
 			ids := make([]uint64, len(chunk))
 			for i, src := range chunk {
@@ -304,7 +305,7 @@ ORDER BY pos DESC, stream_id DESC LIMIT ?)`
 //
 // Returns EUNAVAILABLE if a database holding some host fails.
 func (s *Store) HostReplays(ctx context.Context, sources []PullSource, limit int, timeout time.Duration) ([]feed.Stream, error) {
-	return readStreams(ctx, s, sources, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
+	return readStreams(ctx, s, sources, listReplays, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
 		return runChunks(ctx, chunked(srcs, pullChunk), func(ctx context.Context, chunk []PullSource) ([]streamRow, int, error) {
 			parts := make([]string, len(chunk))
 			args := make([]any, 0, 5*len(chunk))
@@ -331,7 +332,13 @@ func hostSources(hosts []uint64, before feed.Key) []PullSource {
 // readStreams runs read on each database's share of the sources (see
 // readShards) and fails the whole read if any database failed: a live
 // feed page has no partial form.
-func readStreams(ctx context.Context, s *Store, sources []PullSource, timeout time.Duration,
+//
+// read selects the rows of one list by idx_streams_list; those whose row
+// is in another list are dropped. A server reads an index entry and its
+// row at one snapshot, so none should be, but TiDB's in-process unistore
+// engine can pair the index entry a commit wrote with the row from before
+// that commit, and a replay without an end would follow.
+func readStreams(ctx context.Context, s *Store, sources []PullSource, list int, timeout time.Duration,
 	read func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error)) ([]feed.Stream, error) {
 	rows, out, err := readShards(ctx, s, sources, timeout, read)
 	if err != nil {
@@ -340,9 +347,11 @@ func readStreams(ctx context.Context, s *Store, sources []PullSource, timeout ti
 	if out.Err != nil {
 		return nil, errors.Join(feed.Errorf(feed.EUNAVAILABLE, "a database of the followed hosts is unavailable"), out.Err)
 	}
-	streams := make([]feed.Stream, len(rows))
-	for i, r := range rows {
-		streams[i] = r.stream()
+	streams := make([]feed.Stream, 0, len(rows))
+	for _, r := range rows {
+		if r.List == list {
+			streams = append(streams, r.stream())
+		}
 	}
 	return streams, nil
 }
