@@ -15,6 +15,10 @@ import (
 	"github.com/pingcap/tidb/pkg/util/logutil"
 )
 
+// txnSizeLimit is the transaction size limit tidbtest sets: TiDB's
+// default, 100 MiB, would leave it unset (see startTiDB), so one byte less.
+const txnSizeLimit = config.DefTxnTotalSizeLimit - 1
+
 // tidb is one in-process TiDB server over an in-memory unistore.
 type tidb struct {
 	store  kv.Storage
@@ -35,6 +39,14 @@ func startTiDB() (*tidb, error) {
 	cfg.Status.StatusHost = "127.0.0.1"
 	cfg.Status.StatusPort = 0
 	cfg.Log.Level = "error"
+	// At the default transaction size limit TiDB meters each transaction's
+	// write buffer against its session's memory tracker, and closing a
+	// session that a KILL QUERY reached with such a buffer open panics in
+	// that tracker outside any recover, which ends the process: the store
+	// kills statements past their deadline and then drops the connection.
+	// A limit set explicitly keeps the older size check and no tracker.
+	cfg.Performance.TxnTotalSizeLimit = txnSizeLimit
+	kv.TxnTotalSizeLimit.Store(txnSizeLimit)
 	// TiDB writes its slow query log to the working directory otherwise.
 	cfg.Log.SlowQueryFile = filepath.Join(os.TempDir(), "tidbtest-slow.log")
 	config.StoreGlobalConfig(cfg)
