@@ -157,8 +157,11 @@ func renderDisk(w *bytes.Buffer, opt options, args []string, srv *diskServer, re
 		float64(fin.DataBytes+fin.IndexBytes)/(1<<20), float64(fin.DataBytes+fin.IndexBytes)/diskCacheBytes,
 		float64(frk.DataBytes+frk.IndexBytes)/(1<<20), float64(frk.DataBytes+frk.IndexBytes)/diskCacheBytes)
 	p("| bytes per entry as loaded | %.1f | %.1f | %.2f | |", fin.BytesPerRow(), frk.BytesPerRow(), safeRatio(frk.BytesPerRow(), fin.BytesPerRow()))
-	p("| bytes per entry at steady state (phase D: inboxes at the limit turned over by the service's fan-out and trims) | %.1f | %.1f | %.2f | MyRocks ≤ 12: %s |", ein.BytesPerRow(), erk.BytesPerRow(),
+	p("| bytes per entry at steady state (phase D: inboxes at the limit turned over by the service's fan-out and trims), right after the churn | %.1f | %.1f | %.2f | MyRocks ≤ 12: %s |", ein.BytesPerRow(), erk.BytesPerRow(),
 		safeRatio(erk.BytesPerRow(), ein.BytesPerRow()), verdictAtMost(erk.BytesPerRow(), 12))
+	sin, srk := footprintAt(in, "settled"), footprintAt(rk, "settled")
+	p("| the same, once InnoDB's purge and MyRocks's compactions have finished (nothing forced) | %.1f | %.1f | %.2f | MyRocks ≤ 12: %s |", sin.BytesPerRow(), srk.BytesPerRow(),
+		safeRatio(srk.BytesPerRow(), sin.BytesPerRow()), verdictAtMost(srk.BytesPerRow(), 12))
 	p("| load rate, rows/s | %s | %s | %.2f | |", count(int(rate(in.Load.Rows, in.Load.Elapsed))), count(int(rate(rk.Load.Rows, rk.Load.Elapsed))),
 		safeRatio(rate(rk.Load.Rows, rk.Load.Elapsed), rate(in.Load.Rows, in.Load.Elapsed)))
 	readRow := func(key, name, target string, want float64) {

@@ -509,7 +509,9 @@ func (r *report) renderFootprint(p func(string, ...any)) {
 		p("all (their posts take the task path, the others' the batched one), inbox limit %d, slack %d%%.", x.Limit, x.Slack)
 		p("Every author publishes a post per round until each inbox holds the limit (\"filled\"), then")
 		p("%d times as many rounds again (turnovers: each inbox's entries replaced by new ones, %s rows", x.Turnovers, count(int(x.Rows)))
-		p("written in all and %s cut by sampled trims, in %s).", count(int(x.Trimmed)), x.Elapsed.Round(time.Second))
+		p("written in all and %s cut by sampled trims, in %s). The last turnover's figure is taken right after", count(int(x.Trimmed)), x.Elapsed.Round(time.Second))
+		p("it; \"settled\" is the same database once the engine's background work on that churn is done")
+		p("(InnoDB's purge; MyRocks's compactions, by its own schedule), as a service at steady state keeps it.")
 	}
 	p("")
 }
