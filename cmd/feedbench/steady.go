@@ -103,10 +103,6 @@ func (b *bench) steadyState(ctx context.Context) (err error) {
 			res.Rows += n
 			round++
 		}
-		f, err := inboxFootprint(ctx, st.Shards()[0].DB, false)
-		if err != nil {
-			return err
-		}
 		when := fmt.Sprintf("steady state after %d turnovers", turn)
 		switch turn {
 		case 0:
@@ -114,9 +110,8 @@ func (b *bench) steadyState(ctx context.Context) (err error) {
 		case 1:
 			when = "steady state after 1 turnover"
 		}
-		b.log.Info("feedbench: D steady state", "when", when, "rows", f.Rows, "bytes_per_row", f.BytesPerRow())
-		if turn == 0 || turn == o.SteadyTurnovers {
-			b.rep.Footprints = append(b.rep.Footprints, footprintResult{When: when, tableFootprint: f})
+		if err := b.steadyFootprint(ctx, st, when, turn == 0 || turn == o.SteadyTurnovers); err != nil {
+			return err
 		}
 	}
 	res.Elapsed = time.Since(start)
@@ -132,15 +127,25 @@ func (b *bench) steadyState(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	if err := b.steadyFootprint(ctx, st, "settled: the last turnover's inboxes once purge and compactions finished", true); err != nil {
+		return err
+	}
+	res.Trimmed = int64(counterOf(reg, "feed_inbox_trimmed_rows_total"))
+	b.rep.Steady = res
+	return nil
+}
+
+// steadyFootprint measures the steady-state database's inbox, logs it and,
+// if report, adds it to the report's footprints as when.
+func (b *bench) steadyFootprint(ctx context.Context, st *store.Store, when string, report bool) error {
 	f, err := inboxFootprint(ctx, st.Shards()[0].DB, false)
 	if err != nil {
 		return err
 	}
-	when := "settled: the last turnover's inboxes once purge and compactions finished"
 	b.log.Info("feedbench: D steady state", "when", when, "rows", f.Rows, "bytes_per_row", f.BytesPerRow())
-	b.rep.Footprints = append(b.rep.Footprints, footprintResult{When: when, tableFootprint: f})
-	res.Trimmed = int64(counterOf(reg, "feed_inbox_trimmed_rows_total"))
-	b.rep.Steady = res
+	if report {
+		b.rep.Footprints = append(b.rep.Footprints, footprintResult{When: when, tableFootprint: f})
+	}
 	return nil
 }
 
