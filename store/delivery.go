@@ -554,6 +554,12 @@ func (s *Store) runBatch(ctx context.Context, tx *sqlx.Tx, home *Shard, t *Task,
 // onTarget runs a fan-out write, fn, on another database than the
 // author's, in its own transaction, admitted by opt.Enter and bounded by
 // opt.TargetTimeout: fn runs its statements with the context it is given.
+//
+// fn writes inbox rows while it holds the follow edges it read FOR UPDATE,
+// which is what an unfollow waits on before it purges: the transaction
+// opens with InnoDB (openWithInnoDB) so that, with the inbox in RocksDB,
+// the rows show before the edges are let go. (The author's own database
+// needs nothing: its transactions open with the claimed delivery or task.)
 func (s *Store) onTarget(ctx context.Context, target *Shard, opt BatchOptions, fn func(ctx context.Context, tx *sqlx.Tx) (int64, error)) (int64, error) {
 	if opt.Enter != nil {
 		leave, ok := opt.Enter(target)
@@ -569,6 +575,9 @@ func (s *Store) onTarget(ctx context.Context, target *Shard, opt BatchOptions, f
 	}
 	var n int64
 	err := inTx(ctx, target.pool(ctx), func(tx *sqlx.Tx) error {
+		if err := s.openWithInnoDB(ctx, tx); err != nil {
+			return err
+		}
 		var err error
 		n, err = fn(ctx, tx)
 		return err

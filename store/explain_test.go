@@ -203,7 +203,7 @@ func TestExplainRangeScans(t *testing.T) {
 		}{{top.PublishTime, top.ContentID}, {mid.t, mid.id}} {
 			for _, from := range [][2]any{{0, 0}, {mid.t, mid.id}} {
 				rangeScan(t, explain(t, sh, store.FeedPageSQL, 7, c.t, c.t, c.id, from[0], from[0], from[1], 22), "inbox")
-				rangeScan(t, explain(t, sh, store.FeedPagePullSQL, 7, c.t, c.t, c.id, from[0], from[0], from[1], 22, 7), "inbox")
+				rangeScan(t, explain(t, sh, store.FeedPagePullSQL, 7, 7, c.t, c.t, c.id, from[0], from[0], from[1], 22), "inbox")
 			}
 		}
 	})

@@ -384,10 +384,10 @@ func (s *Store) RunSwitchBatch(ctx context.Context, job *SwitchJob, size int, le
 		return false, wrap("switch batch", err)
 	}
 	for sh, ids := range s.groupByShard(users) {
-		if err := sh.markPulls(ctx, ids); err != nil {
+		if err := execIn(ctx, sh.pool(ctx), markPullSQL, ids, job.AuthorID); err != nil {
 			return false, wrap("switch batch", err)
 		}
-		if err := execIn(ctx, sh.pool(ctx), markPullSQL, ids, job.AuthorID); err != nil {
+		if err := sh.markPulls(ctx, ids); err != nil {
 			return false, wrap("switch batch", err)
 		}
 	}

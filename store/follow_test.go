@@ -378,6 +378,65 @@ func TestSwitchToPull(t *testing.T) {
 	})
 }
 
+// TestSwitchBesideRecount races switch batches, which give the author's
+// followers a pull bit outside a header-locked transaction, with unfollows
+// of another author, which recount each user's pull mark under the header
+// lock: whatever the interleaving, every user ends with the mark, or reads
+// would skip the author's posts.
+func TestSwitchBesideRecount(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1)
+	sh := st.Shards()[0]
+	other := uint64(1)
+	for round := range uint64(4) {
+		author := 2 + round
+		users := make([]uint64, 40)
+		for i := range users {
+			users[i] = 1000*(round+1) + uint64(i)
+			// A pending follow: a pull bit the unfollow then clears.
+			followPending(t, st, users[i], other)
+		}
+		followMany(t, st, author, users)
+		mustExec(t, sh.DB, "UPDATE authors SET mode = ? WHERE author_id = ?", store.AuthorSwitching, author)
+		jobs, err := st.ClaimSwitches(t.Context(), sh, t0, t0+lease, 10, newToken())
+		must(t, err)
+		if len(jobs) != 1 {
+			t.Fatalf("claimed %+v, want the one switch", jobs)
+		}
+		ops := []func() error{func() error {
+			_, err := st.RunSwitchBatch(t.Context(), &jobs[0], len(users)+1, t0+lease)
+			return err
+		}}
+		for _, u := range users {
+			ops = append(ops, func() error { return st.Unfollow(t.Context(), u, other, t0) })
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, len(ops))
+		next := make(chan func() error)
+		for range 8 {
+			wg.Go(func() {
+				for op := range next {
+					errs <- op()
+				}
+			})
+		}
+		for _, op := range ops {
+			next <- op
+		}
+		close(next)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			must(t, err)
+		}
+		for _, u := range users {
+			if n := count(t, sh, "SELECT pulls FROM inbox WHERE user_id = ? AND publish_time = ? AND content_id = ?", u, store.Top.PublishTime, store.Top.ContentID); n != 1 {
+				t.Fatalf("round %d: user %d has a pull bit for author %d but its header pull mark is %d", round, u, author, n)
+			}
+		}
+	}
+}
+
 func TestFinishFollowEvent(t *testing.T) {
 	t.Parallel()
 

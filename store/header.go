@@ -64,20 +64,27 @@ const setPullsSQL = `UPDATE inbox SET pulls = 1 WHERE user_id = ? AND ` + header
 const recountPullsSQL = `UPDATE inbox SET pulls = EXISTS (SELECT 1 FROM following WHERE user_id = ? AND pull > 0)
 WHERE user_id = ? AND ` + headerKeySQL
 
-// markPullsHead/Tail upsert header rows marked as pulling, for users about
-// to get a pull bit outside a header-locked transaction: the mark commits
-// first, so a crash between leaves at worst a mark with nothing to pull,
-// which costs a read one more statement and nothing else.
+// markPullsHead/Tail upsert header rows marked as pulling, for users whose
+// following rows got a pull bit outside a header-locked transaction. The
+// bits commit first: a recount that ran before them is overwritten by the
+// mark, and one that runs after sees them. A crash between leaves bits with
+// no mark until the switch job replays the batch, while the author still
+// pushes to every follower.
 const (
 	markPullsHead = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, pulls)`
 	markPullsTail = ` ON DUPLICATE KEY UPDATE pulls = 1`
 )
 
 // markPulls marks the headers of users of sh as pulling, and hints this
-// process's reads that they pull.
+// process's reads that they pull. The users' pull bits are committed.
 func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
-	_, err := InsertRows(ctx, sh.pool(ctx), markPullsHead, 6, markPullsTail, len(users), func(i int) []any {
-		return headerRow(users[i], 1)
+	// Its own transaction, for inTx's retries: on MyRocks, an upsert of
+	// many headers meets a concurrent locker's snapshot conflict.
+	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
+		_, err := InsertRows(ctx, tx, markPullsHead, 6, markPullsTail, len(users), func(i int) []any {
+			return headerRow(users[i], 1)
+		})
+		return err
 	})
 	if err == nil {
 		for _, u := range users {
@@ -99,15 +106,20 @@ const feedPageSQL = `SELECT ` + inboxInOrder + ` 0 AS src, publish_time AS t, co
  WHERE user_id = ? AND (` + keysetOlder + ` OR ` + headerKeySQL + `) AND ` + keysetFrom + `
  ORDER BY publish_time DESC, content_id DESC LIMIT ?`
 
-// feedPagePullSQL is feedPageSQL plus, in the same snapshot, the followed
-// authors that reads must pull (src 1: t = pull bits, a = author): for a
-// user whose header says there are some. Its empty kind is an ascii literal
-// like the column it stands beside: TiDB refuses to merge ascii with the
+// feedPagePullSQL is feedPageSQL after, in the same statement, the
+// followed authors that reads must pull (src 1: t = pull bits, a = author),
+// for a user whose header says there are some. The statement reads
+// following before the inbox: with the inbox in RocksDB each engine reads
+// as of its own first read in the statement, and a backfill's inbox rows
+// show before its pending bit clears (openWithInnoDB), so a page that finds
+// the bit cleared finds the rows. Its empty kind is an ascii literal like
+// the column it stands for: TiDB refuses to merge ascii with the
 // connection's utf8mb4 in a UNION (error 1271), where MySQL and MariaDB
 // coerce.
-const feedPagePullSQL = `(` + feedPageSQL + `)
-UNION ALL (SELECT 1, pull, 0, author_id, _ascii'', NULL, NULL, NULL, NULL, NULL, NULL
- FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0 AND muted = 0)`
+const feedPagePullSQL = `(SELECT 1 AS src, pull AS t, 0 AS id, author_id AS a, _ascii'' AS k,
+ NULL AS ft, NULL AS fi, NULL AS lr, NULL AS act, NULL AS p, NULL AS fv
+ FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0 AND muted = 0)
+UNION ALL (` + feedPageSQL + `)`
 
 // readFeedPage runs one of the two page statements and parses its rows;
 // pulls reports the header's mark.
@@ -119,7 +131,7 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 	args := []any{userID, before.PublishTime, before.PublishTime, before.ContentID,
 		from.PublishTime, from.PublishTime, from.ContentID, limit + 1}
 	if withPull {
-		args = append(args, userID)
+		args = append([]any{userID}, args...)
 	}
 	rows, err := st.QueryContext(ctx, args...)
 	if err != nil {

@@ -316,6 +316,11 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 	var copied []feed.Post
 	err = inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
 		res, copied = BackfillResult{}, posts
+		// The copied rows and the floor show before the follow's pending
+		// bit clears, which reads take for the inbox being complete.
+		if err := s.openWithInnoDB(ctx, tx); err != nil {
+			return err
+		}
 		var floor *feed.Key
 		if len(posts) >= limit {
 			k := posts[len(posts)-1].Key()

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -300,6 +301,53 @@ func TestBackfill(t *testing.T) {
 		}
 		must(t, st.RemoveFromInbox(t.Context(), user, nil))
 	})
+}
+
+// TestBackfillShowsRowsBeforeBit reads feeds while their follows'
+// backfills commit: a page that finds the follow's pending bit cleared must
+// find the copied posts, or it would end short of them. With the inbox in
+// RocksDB each engine reads as of its own first read in the page's
+// statement, and the two engines commit one after the other.
+func TestBackfillShowsRowsBeforeBit(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1)
+	const author = 1
+	for i := range 5 {
+		publish(t, st, author, uint64(10+i), t0+int64(i))
+	}
+	ctx := t.Context()
+	for user := uint64(1000); user < 1100; user++ {
+		followPending(t, st, user, author)
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					snap, err := st.ReadFeed(ctx, user, store.Top, feed.Key{}, 10)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if len(snap.Pull) == 0 && len(snap.Inbox) != 5 {
+						t.Errorf("user %d: a page without the follow's pending bit holds %d of the 5 posts", user, len(snap.Inbox))
+						return
+					}
+				}
+			})
+		}
+		_, _, err := st.Backfill(ctx, user, author, 10, false)
+		close(done)
+		wg.Wait()
+		must(t, err)
+		if t.Failed() {
+			return
+		}
+	}
 }
 
 func TestMarkRead(t *testing.T) {

@@ -1,10 +1,15 @@
 package store_test
 
 import (
+	"context"
+	"database/sql"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -160,4 +165,80 @@ func TestPushDeliveries(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestTargetRowsShowBeforeEdges checks what an unfollow's purge relies on:
+// once a fan-out write on another database than the author's lets go of the
+// follow edge it locked, its inbox rows are visible. The writer adds row i
+// and then sets the edge's followed_at to i, as many times as it can; a
+// reader that takes the edge FOR UPDATE and reads i there must find row i.
+// With the inbox in RocksDB, a transaction that touched the inbox first
+// would let readers here see the edge's new value before the row.
+func TestTargetRowsShowBeforeEdges(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1)
+	sh := st.Shards()[0]
+	const user, author, n = 7, 8, 1000
+	followPending(t, st, user, author)
+	mustExec(t, sh.DB, "UPDATE following SET followed_at = 0 WHERE user_id = ? AND author_id = ?", user, author)
+	ctx := t.Context()
+	var (
+		wg       sync.WaitGroup
+		writeErr error
+		written  = make(chan struct{})
+	)
+	wg.Go(func() {
+		defer close(written)
+		for i := 1; i <= n && writeErr == nil; i++ {
+			_, writeErr = st.OnTarget(ctx, sh, func(ctx context.Context, tx *sqlx.Tx) (int64, error) {
+				if _, err := tx.ExecContext(ctx, "INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind) VALUES (?, ?, ?, ?, 'post')", user, i, i, author); err != nil {
+					return 0, err
+				}
+				_, err := tx.ExecContext(ctx, "UPDATE following SET followed_at = ? WHERE user_id = ? AND author_id = ?", i, user, author)
+				return 0, err
+			})
+		}
+	})
+	defer wg.Wait()
+	stopped := func() bool {
+		select {
+		case <-written:
+			return true
+		default:
+			return false
+		}
+	}
+	// Readers side by side: each wakes when the writer lets the edge go.
+	for range 4 {
+		wg.Go(func() {
+			for at := 0; at < n && !stopped(); {
+				var rows int
+				err := func() error {
+					tx, err := sh.DB.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+					if err != nil {
+						return err
+					}
+					defer tx.Rollback()
+					// One statement: the inbox is read the moment the edge is locked.
+					r := tx.QueryRowxContext(ctx, `SELECT f.followed_at, (SELECT COUNT(*) FROM inbox i
+ WHERE i.user_id = f.user_id AND i.publish_time = f.followed_at AND i.content_id = f.followed_at)
+ FROM following f WHERE f.user_id = ? AND f.author_id = ? FOR UPDATE`, user, author)
+					if err := r.Scan(&at, &rows); err != nil {
+						return err
+					}
+					return tx.Commit()
+				}()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if at > 0 && rows == 0 {
+					t.Errorf("the edge says row %d was written, the inbox does not have it", at)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	must(t, writeErr)
 }

@@ -40,8 +40,8 @@ ON DUPLICATE KEY UPDATE follower_count = follower_count + VALUES(follower_count)
 // ImportFollowers makes users who have no history with the author follow
 // it: both edge rows and the follower count, with nothing to backfill. With
 // pullMode the author is put in pull mode at once, the edges get the pull
-// bit and the users' headers the pull mark, which the store's own writes
-// set first. The store's pull hints are its own: its next read of each
+// bit and the users' headers the pull mark after it, as the store's own
+// switches set them. The store's pull hints are its own: its next read of each
 // user finds the mark, at one statement more.
 func ImportFollowers(ctx context.Context, st *store.Store, authorID uint64, users []uint64, followedAt int64, pullMode bool) error {
 	pull, mode := 0, store.AuthorPush
@@ -49,17 +49,17 @@ func ImportFollowers(ctx context.Context, st *store.Store, authorID uint64, user
 		pull, mode = store.PullBelowActive, store.AuthorPull
 	}
 	for sh, ids := range byShard(st, users) {
+		if _, err := store.InsertRows(ctx, sh.DB, importFollowing, 4, "", len(ids), func(i int) []any {
+			return []any{ids[i], authorID, followedAt, pull}
+		}); err != nil {
+			return fmt.Errorf("storetest: import followers: %w", err)
+		}
 		if pullMode {
 			if _, err := store.InsertRows(ctx, sh.DB, markPullsHead, 6, markPullsTail, len(ids), func(i int) []any {
 				return []any{ids[i], store.Top.PublishTime, store.Top.ContentID, 0, "", 1}
 			}); err != nil {
 				return fmt.Errorf("storetest: import followers: %w", err)
 			}
-		}
-		if _, err := store.InsertRows(ctx, sh.DB, importFollowing, 4, "", len(ids), func(i int) []any {
-			return []any{ids[i], authorID, followedAt, pull}
-		}); err != nil {
-			return fmt.Errorf("storetest: import followers: %w", err)
 		}
 	}
 	tx, err := st.ShardOf(authorID).DB.BeginTxx(ctx, nil)
