@@ -575,7 +575,7 @@ func (s *Store) onTarget(ctx context.Context, target *Shard, opt BatchOptions, f
 	}
 	var n int64
 	err := inTx(ctx, target.pool(ctx), func(tx *sqlx.Tx) error {
-		if err := s.openWithInnoDB(ctx, tx); err != nil {
+		if err := openWithInnoDB(ctx, tx); err != nil {
 			return err
 		}
 		var err error

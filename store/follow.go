@@ -129,7 +129,7 @@ func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64
 		if err := purgeAuthor(ctx, tx, userID, authorID); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, recountPullsSQL, userID, userID); err != nil {
+		if err := recountPulls(ctx, tx, userID); err != nil {
 			return err
 		}
 		if err := followsChanged(ctx, tx, userID); err != nil {

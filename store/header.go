@@ -58,11 +58,26 @@ const lockHeaderSQL = `SELECT user_id FROM inbox WHERE user_id = ? AND ` + heade
 // setPullsSQL marks that some followed author must be pulled.
 const setPullsSQL = `UPDATE inbox SET pulls = 1 WHERE user_id = ? AND ` + headerKeySQL
 
-// recountPullsSQL recomputes the pull mark from the following rows, after
-// a change that may have cleared the last pull bit. The caller holds the
-// header row.
-const recountPullsSQL = `UPDATE inbox SET pulls = EXISTS (SELECT 1 FROM following WHERE user_id = ? AND pull > 0)
-WHERE user_id = ? AND ` + headerKeySQL
+// pullRowSQL finds a following row of the user with a pull bit. It is a
+// locking read so that it waits for a transaction still settling one: a
+// backfill lets go of the header before its following rows show
+// (openWithInnoDB), and a consistent read would count a pending bit it
+// has cleared, leaving a mark with nothing to pull.
+const pullRowSQL = `SELECT author_id FROM following WHERE user_id = ? AND pull > 0 LIMIT 1 FOR UPDATE`
+
+const setPullsToSQL = `UPDATE inbox SET pulls = ? WHERE user_id = ? AND ` + headerKeySQL
+
+// recountPulls recomputes the user's pull mark from the following rows,
+// after a change in tx that may have cleared the last pull bit. The caller
+// holds the header row.
+func recountPulls(ctx context.Context, tx *sqlx.Tx, userID uint64) error {
+	var found []uint64
+	if err := tx.SelectContext(ctx, &found, pullRowSQL, userID); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, setPullsToSQL, len(found), userID)
+	return err
+}
 
 // markPullsHead/Tail upsert header rows marked as pulling, for users whose
 // following rows got a pull bit outside a header-locked transaction. The

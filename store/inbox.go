@@ -318,7 +318,7 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 		res, copied = BackfillResult{}, posts
 		// The copied rows and the floor show before the follow's pending
 		// bit clears, which reads take for the inbox being complete.
-		if err := s.openWithInnoDB(ctx, tx); err != nil {
+		if err := openWithInnoDB(ctx, tx); err != nil {
 			return err
 		}
 		var floor *feed.Key
@@ -359,7 +359,7 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 		if _, err := tx.ExecContext(ctx, settleFollowSQL, PullBelowActive, setBits, userID, authorID); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, recountPullsSQL, userID, userID); err != nil {
+		if err := recountPulls(ctx, tx, userID); err != nil {
 			return err
 		}
 		cuts, err := inboxCuts(ctx, tx, []uint64{userID}, limit)

@@ -350,6 +350,36 @@ func TestBackfillShowsRowsBeforeBit(t *testing.T) {
 	}
 }
 
+// TestBackfillsClearTheMark runs two backfills of one user side by side,
+// many times: each clears its follow's pending bit and recounts the user's
+// pull mark, and the last must find no bit left, or every later page pays
+// the pull statement for nothing. A backfill lets go of the header before
+// its bit clears (it opens with InnoDB), so the recount must wait for it.
+func TestBackfillsClearTheMark(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1)
+	sh := st.Shards()[0]
+	const a, b = 1, 2
+	publish(t, st, a, 10, t0)
+	publish(t, st, b, 20, t0)
+	for user := uint64(1000); user < 1060; user++ {
+		followPending(t, st, user, a)
+		followPending(t, st, user, b)
+		var wg sync.WaitGroup
+		for _, author := range []uint64{a, b} {
+			wg.Go(func() {
+				if _, _, err := st.Backfill(t.Context(), user, author, 10, false); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if n := count(t, sh, "SELECT pulls FROM inbox WHERE user_id = ? AND publish_time = ? AND content_id = ?", user, store.Top.PublishTime, store.Top.ContentID); n != 0 {
+			t.Fatalf("user %d: both backfills done, pull mark %d", user, n)
+		}
+	}
+}
+
 func TestMarkRead(t *testing.T) {
 	t.Parallel()
 	st := newStore(t, 1)
