@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"errors"
 	"reflect"
 	"slices"
 	"sync"
@@ -410,25 +411,13 @@ func TestSwitchBesideRecount(t *testing.T) {
 		for _, u := range users {
 			ops = append(ops, func() error { return st.Unfollow(t.Context(), u, other, t0) })
 		}
+		errs := make([]error, len(ops))
 		var wg sync.WaitGroup
-		errs := make(chan error, len(ops))
-		next := make(chan func() error)
-		for range 8 {
-			wg.Go(func() {
-				for op := range next {
-					errs <- op()
-				}
-			})
+		for i, op := range ops {
+			wg.Go(func() { errs[i] = op() })
 		}
-		for _, op := range ops {
-			next <- op
-		}
-		close(next)
 		wg.Wait()
-		close(errs)
-		for err := range errs {
-			must(t, err)
-		}
+		must(t, errors.Join(errs...))
 		for _, u := range users {
 			if n := count(t, sh, "SELECT pulls FROM inbox WHERE user_id = ? AND publish_time = ? AND content_id = ?", u, store.Top.PublishTime, store.Top.ContentID); n != 1 {
 				t.Fatalf("round %d: user %d has a pull bit for author %d but its header pull mark is %d", round, u, author, n)
