@@ -94,13 +94,15 @@ func (s *Service) Reshard(ctx context.Context) ReshardView {
 		ok  bool
 		err error
 	}
+	// The abort's state before the marks: an abort that ends between the
+	// two reads shows as running, not as done beside its marks.
+	s.reshards.mu.Lock()
+	v.Abort = s.reshards.abort
+	s.reshards.mu.Unlock()
 	marks := eachShard(s, ctx, func(ctx context.Context, sh *store.Shard) mark {
 		m, ok, err := sh.ReshardMark(ctx)
 		return mark{m, ok, err}
 	})
-	s.reshards.mu.Lock()
-	v.Abort = s.reshards.abort
-	s.reshards.mu.Unlock()
 	for _, m := range marks {
 		if m.err != nil {
 			v.Err = m.err

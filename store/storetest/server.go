@@ -161,6 +161,11 @@ func (s *Server) start() error {
 		err = db.PingContext(ctx)
 		cancel()
 		if err == nil {
+			// A plugin that fails to start (the inbox's engine) leaves the
+			// server up without it: a failed start, with the log to say why.
+			if log, _ := os.ReadFile(filepath.Join(s.dir, "error.log")); bytes.Contains(log, []byte("init function returned error")) {
+				return fmt.Errorf("mariadbd on port %d started without a plugin:\n%s", s.Port, log)
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {
