@@ -93,7 +93,7 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 		if _, err := tx.ExecContext(ctx, insertFollowingSQL, userID, authorID, now, PullPending, muted); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, setPullsSQL, userID); err != nil {
+		if _, err := tx.ExecContext(ctx, setPullsSQL, 1, userID); err != nil {
 			return err
 		}
 		if err := followsChanged(ctx, tx, userID); err != nil {

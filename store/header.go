@@ -55,8 +55,9 @@ func ensureHeaders(ctx context.Context, tx sqlx.ExecerContext, users ...uint64) 
 // lockHeaderSQL locks the user's header row, or the gap where it would go.
 const lockHeaderSQL = `SELECT user_id FROM inbox WHERE user_id = ? AND ` + headerKeySQL + ` FOR UPDATE`
 
-// setPullsSQL marks that some followed author must be pulled.
-const setPullsSQL = `UPDATE inbox SET pulls = 1 WHERE user_id = ? AND ` + headerKeySQL
+// setPullsSQL sets the user's pull mark: 1 when some followed author must
+// be pulled.
+const setPullsSQL = `UPDATE inbox SET pulls = ? WHERE user_id = ? AND ` + headerKeySQL
 
 // pullRowSQL finds a following row of the user with a pull bit. It is a
 // locking read so that it waits for a transaction still settling one: a
@@ -64,8 +65,6 @@ const setPullsSQL = `UPDATE inbox SET pulls = 1 WHERE user_id = ? AND ` + header
 // (openWithInnoDB), and a consistent read would count a pending bit it
 // has cleared, leaving a mark with nothing to pull.
 const pullRowSQL = `SELECT author_id FROM following WHERE user_id = ? AND pull > 0 LIMIT 1 FOR UPDATE`
-
-const setPullsToSQL = `UPDATE inbox SET pulls = ? WHERE user_id = ? AND ` + headerKeySQL
 
 // recountPulls recomputes the user's pull mark from the following rows,
 // after a change in tx that may have cleared the last pull bit. The caller
@@ -75,7 +74,7 @@ func recountPulls(ctx context.Context, tx *sqlx.Tx, userID uint64) error {
 	if err := tx.SelectContext(ctx, &found, pullRowSQL, userID); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(ctx, setPullsToSQL, len(found), userID)
+	_, err := tx.ExecContext(ctx, setPullsSQL, len(found), userID)
 	return err
 }
 

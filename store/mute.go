@@ -112,7 +112,7 @@ func (s *Store) SetFilter(ctx context.Context, f Filter, userID, authorID uint64
 				return err
 			}
 			if backfill {
-				if _, err := tx.ExecContext(ctx, setPullsSQL, userID); err != nil {
+				if _, err := tx.ExecContext(ctx, setPullsSQL, 1, userID); err != nil {
 					return err
 				}
 			}

@@ -199,7 +199,6 @@ func TestTargetRowsShowBeforeEdges(t *testing.T) {
 			})
 		}
 	})
-	defer wg.Wait()
 	stopped := func() bool {
 		select {
 		case <-written:
