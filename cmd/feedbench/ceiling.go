@@ -37,30 +37,60 @@ func insertInboxRows(ctx context.Context, db *sqlx.DB, rows []store.InboxRow) (i
 	return n, nil
 }
 
-// oldestInboxSQL lists a user's oldest inbox entries, the header row aside.
-const oldestInboxSQL = `SELECT content_id, publish_time FROM inbox WHERE user_id = ? AND publish_time < 9223372036854775807
-ORDER BY publish_time, content_id LIMIT ?`
+// oldestPartSQL is one user's part of the retention ceiling's lookup: the
+// user's n oldest inbox entries, the header row aside.
+const oldestPartSQL = `(SELECT user_id, publish_time, content_id FROM inbox WHERE user_id = ? AND publish_time < 9223372036854775807
+ORDER BY publish_time, content_id LIMIT ?)`
 
-// oldestInboxEntries returns up to n of the user's oldest inbox entries,
-// oldest first: where a retention ceiling cuts.
-func oldestInboxEntries(ctx context.Context, db *sqlx.DB, userID uint64, n int) ([]store.InboxRow, error) {
-	rows, err := db.QueryContext(ctx, oldestInboxSQL, userID, n)
+// userCut asks the retention ceiling to delete n of a user's oldest entries.
+type userCut struct {
+	user uint64
+	n    int
+}
+
+// cutOldest deletes each user's n oldest entries, or all but the newest of
+// a smaller inbox, with two statements whatever the number of users: one
+// reads the n+1 oldest entries of each (where its cut falls; a trim must
+// find that too), the other is deleteInboxBelow. Returns the entries deleted.
+func cutOldest(ctx context.Context, db *sqlx.DB, cuts []userCut) (int64, error) {
+	parts := make([]string, len(cuts))
+	args := make([]any, 0, 2*len(cuts))
+	for i, c := range cuts {
+		parts[i] = oldestPartSQL
+		args = append(args, c.user, c.n+1)
+	}
+	// The newest of a user's rows bounds its cut; an inbox of one entry
+	// keeps it.
+	newest := map[uint64]store.InboxRow{}
+	seen := map[uint64]int{}
+	rows, err := db.QueryContext(ctx, strings.Join(parts, " UNION ALL "), args...)
 	if err != nil {
-		return nil, fmt.Errorf("oldest inbox entries: %w", err)
+		return 0, fmt.Errorf("oldest inbox entries: %w", err)
 	}
 	defer rows.Close()
-	var out []store.InboxRow
 	for rows.Next() {
-		r := store.InboxRow{UserID: userID}
-		if err := rows.Scan(&r.ContentID, &r.PublishTime); err != nil {
-			return nil, fmt.Errorf("oldest inbox entries: %w", err)
+		var r store.InboxRow
+		if err := rows.Scan(&r.UserID, &r.PublishTime, &r.ContentID); err != nil {
+			return 0, fmt.Errorf("oldest inbox entries: %w", err)
 		}
-		out = append(out, r)
+		seen[r.UserID]++
+		if n, ok := newest[r.UserID]; !ok || n.Key().Less(r.Key()) {
+			newest[r.UserID] = r
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("oldest inbox entries: %w", err)
+		return 0, fmt.Errorf("oldest inbox entries: %w", err)
 	}
-	return out, nil
+	var bounds []store.InboxRow
+	for u, r := range newest {
+		if seen[u] > 1 {
+			bounds = append(bounds, r)
+		}
+	}
+	if len(bounds) == 0 {
+		return 0, nil
+	}
+	return deleteInboxBelow(ctx, db, bounds)
 }
 
 // deleteInboxBelow deletes, for each bound, the entries of its user older

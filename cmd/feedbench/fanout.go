@@ -123,7 +123,8 @@ func (b *bench) fanout(ctx context.Context) error {
 		}
 		b.log.Info("feedbench: A round done", "round", round+1, "of", o.Rounds,
 			"fanout_rows_per_second", int(res.Fanout.Rate()), "no_trim_rows_per_second", int(res.NoTrim.Rate()),
-			"ceiling_rows_per_second", int(res.Ceiling.Rate()), "room_fanout_rows_per_second", int(res.Room.Rate()),
+			"ceiling_rows_per_second", int(res.Ceiling.Rate()), "retention_ceiling_rows_per_second", int(res.CeilingRetain.Rate()),
+			"room_fanout_rows_per_second", int(res.Room.Rate()),
 			"room_ceiling_rows_per_second", int(res.RoomCeiling.Rate()))
 	}
 	b.rep.Fanout = &res
@@ -201,17 +202,18 @@ func (b *bench) fanoutRound(ctx context.Context, svc *service.Service, reg *prom
 
 // ceilingRound writes one synthetic post per author into the same
 // followers' inboxes with raw multi-row INSERT IGNORE statements. With a
-// cut size, range DELETEs of the statement trims use are spread among the
-// INSERTs, cutting as many entries as the round writes, cut entries of one
-// user's oldest at a time (see retentionCuts; the cuts are looked up before
-// the clock starts), so the inboxes keep their size as retention keeps them.
-// Unlike trims, the cuts leave the floors where they were: the inboxes stop
-// being complete down to them, which no later phase reads that deep to see.
-// Returns the synthetic posts, by author.
+// cut size, cuts of the shape trims use are spread among the INSERTs,
+// deleting as many entries as the round writes, cut entries of one user's
+// oldest at a time (see cutOldest): each cut reads where it falls inside
+// the clock, as a trim must, so on disk it pays the reads of the pages it
+// deletes from. Unlike trims, the cuts leave the floors where they were:
+// the inboxes stop being complete down to them, which no later phase reads
+// that deep to see. Returns the synthetic posts, by author.
 func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]uint64, authorBase uint64, batch, cut int) ([]feed.Post, error) {
 	now := time.Now().UnixMilli()
 	var inserts [][]store.InboxRow
 	posts := make([]feed.Post, len(followers))
+	written := 0
 	for a, users := range followers {
 		p := feed.Post{ContentID: b.nextCeilingPost(), AuthorID: authorBase + uint64(a), PublishTime: now, Kind: feed.KindPost}
 		posts[a] = p
@@ -221,48 +223,64 @@ func (b *bench) ceilingRound(ctx context.Context, w *writerStats, followers [][]
 				rows = append(rows, store.InboxRow{UserID: u, Post: p})
 			}
 			inserts = append(inserts, rows)
+			written += len(rows)
 		}
 	}
 	type job struct {
-		rows   []store.InboxRow
-		delete bool
+		rows []store.InboxRow
+		cuts []userCut
 	}
-	var cuts [][]store.InboxRow
+	var cuts [][]userCut
+	var spare []uint64
 	if cut > 0 {
-		var err error
-		if cuts, err = b.retentionCuts(ctx, inserts, cut); err != nil {
-			return nil, err
-		}
+		cuts, spare = b.retentionCuts(inserts, written, cut)
 	}
-	// Each insert, then its even share of the deletes.
+	// Each insert, then its even share of the cuts.
 	jobs := make([]job, 0, len(inserts)+len(cuts))
 	for i, rows := range inserts {
 		jobs = append(jobs, job{rows: rows})
 		for _, c := range cuts[i*len(cuts)/len(inserts) : (i+1)*len(cuts)/len(inserts)] {
-			jobs = append(jobs, job{rows: c, delete: true})
+			jobs = append(jobs, job{cuts: c})
 		}
 	}
-	var written, deleted atomic.Int64
+	var inserted, deleted atomic.Int64
 	cpu0 := readCPUTimes()
 	start := time.Now()
 	if err := spread(b.opt.Workers, len(jobs), func(i int) error {
-		if jobs[i].delete {
-			n, err := deleteInboxBelow(ctx, b.db, jobs[i].rows)
+		if jobs[i].cuts != nil {
+			n, err := cutOldest(ctx, b.db, jobs[i].cuts)
 			deleted.Add(n)
 			return err
 		}
 		n, err := insertInboxRows(ctx, b.db, jobs[i].rows)
-		written.Add(n)
+		inserted.Add(n)
 		return err
 	}); err != nil {
 		return nil, err
 	}
+	// Inboxes smaller than a cut (a quick run's) gave less: more users
+	// make up the rest, still on the clock.
+	for left := inserted.Load() - deleted.Load(); cut > 0 && left > 0; left = inserted.Load() - deleted.Load() {
+		if len(spare) == 0 {
+			return nil, fmt.Errorf("the retention ceiling found too few users to cut %d more entries", left)
+		}
+		var more []userCut
+		for len(spare) > 0 && len(more) < trimStatementUsers && int64(len(more)*cut) < left {
+			more = append(more, userCut{user: spare[0], n: int(min(int64(cut), left-int64(len(more)*cut)))})
+			spare = spare[1:]
+		}
+		n, err := cutOldest(ctx, b.db, more)
+		if err != nil {
+			return nil, err
+		}
+		deleted.Add(n)
+	}
 	w.Time += time.Since(start)
 	w.addCPU(cpu0)
-	if cut > 0 && deleted.Load() != written.Load() {
-		return nil, fmt.Errorf("retention ceiling deleted %d rows for %d written", deleted.Load(), written.Load())
+	if cut > 0 && deleted.Load() != inserted.Load() {
+		return nil, fmt.Errorf("retention ceiling deleted %d rows for %d written", deleted.Load(), inserted.Load())
 	}
-	w.Rows += written.Load()
+	w.Rows += inserted.Load()
 	w.Trimmed += deleted.Load()
 	return posts, nil
 }
@@ -333,20 +351,23 @@ func (b *bench) overshoot(ctx context.Context, every int) (int64, error) {
 	return insertInboxRows(ctx, b.db, rows)
 }
 
-// retentionCuts returns, in statements of 64 users, where to cut inboxes so
-// that they lose as many entries as the inserts add: cut of one user's
-// oldest entries at a time (the last cut takes what is left, a smaller
-// inbox all but its newest entry), the users
-// drawn at random from the inserts' recipients, each once. A sampled trim
-// cuts about the slack from one inbox, which costs the server much less per
-// entry than cutting every inbox by the few entries a round adds to it.
-func (b *bench) retentionCuts(ctx context.Context, inserts [][]store.InboxRow, cut int) ([][]store.InboxRow, error) {
-	left := 0
+// trimStatementUsers is how many users one of the retention ceiling's
+// statements cuts.
+const trimStatementUsers = 64
+
+// retentionCuts plans, in statements of trimStatementUsers users, cuts that
+// delete rows entries in all: cut of one user's oldest at a time (the last
+// takes what is left), the users drawn at random from the inserts'
+// recipients, each once. It reads nothing: the cuts find their bounds on
+// the clock. The recipients left over are returned for cuts that come up
+// short. A sampled trim cuts about the slack from one inbox, which costs
+// the server much less per entry than cutting every inbox by the few
+// entries a round adds to it.
+func (b *bench) retentionCuts(inserts [][]store.InboxRow, rows, cut int) (plan [][]userCut, spare []uint64) {
 	seen := map[uint64]bool{}
 	var users []uint64
-	for _, rows := range inserts {
-		left += len(rows)
-		for _, r := range rows {
+	for _, rs := range inserts {
+		for _, r := range rs {
 			if !seen[r.UserID] {
 				seen[r.UserID] = true
 				users = append(users, r.UserID)
@@ -354,33 +375,19 @@ func (b *bench) retentionCuts(ctx context.Context, inserts [][]store.InboxRow, c
 		}
 	}
 	b.rng.Shuffle(len(users), func(i, j int) { users[i], users[j] = users[j], users[i] })
-	var cuts [][]store.InboxRow
-	var stmt []store.InboxRow
-	for _, u := range users {
-		if left == 0 {
-			break
+	var stmt []userCut
+	for rows > 0 && len(users) > 0 {
+		n := min(cut, rows)
+		stmt = append(stmt, userCut{user: users[0], n: n})
+		users, rows = users[1:], rows-n
+		if len(stmt) == trimStatementUsers {
+			plan, stmt = append(plan, stmt), nil
 		}
-		rows, err := oldestInboxEntries(ctx, b.db, u, min(cut, left)+1)
-		if err != nil {
-			return nil, err
-		}
-		if len(rows) < 2 {
-			continue
-		}
-		n := len(rows) - 1 // a small inbox (a quick run's) keeps one entry
-		stmt = append(stmt, rows[n])
-		left -= n
-		if len(stmt) == 64 {
-			cuts, stmt = append(cuts, stmt), nil
-		}
-	}
-	if left > 0 {
-		return nil, fmt.Errorf("the retention ceiling found too few users to cut %d more entries", left)
 	}
 	if len(stmt) > 0 {
-		cuts = append(cuts, stmt)
+		plan = append(plan, stmt)
 	}
-	return cuts, nil
+	return plan, users
 }
 
 // nextCeilingPost returns a fresh content id for a ceiling's synthetic post.

@@ -278,6 +278,8 @@ func (o options) validate() error {
 		return fmt.Errorf("-phases takes letters of ABCDLMPRS, got %q", o.Phases)
 	case o.SteadyUsers < 1 || o.SteadyLimit < 1 || o.SteadyFollows < 1 || o.SteadyFollows > o.SteadyAuthors || o.SteadyTurnovers < 1:
 		return fmt.Errorf("-steady-users, -steady-limit, -steady-follows and -steady-turnovers must be >= 1, -steady-follows <= -steady-authors")
+	case o.Disk && !o.Diagnostics:
+		return fmt.Errorf("-disk compares fan-out with the ceiling with retention, which -diagnostics runs")
 	case o.LiveViewers < 1:
 		return fmt.Errorf("-live-viewers must be >= 1")
 	case o.Streams < 1 || o.Streams > o.Users || o.StreamPosts < 1 || o.StreamIdle <= 0:

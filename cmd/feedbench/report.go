@@ -320,7 +320,7 @@ func (r *report) renderFanout(p func(string, ...any)) {
 	p("| ceiling: raw `INSERT IGNORE INTO inbox … VALUES (…),(…)`, %d rows per statement, %d connections, same users | %s | %.2f | **%s** | — | — | — | %s |",
 		f.Batch, f.Workers, count(int(f.Ceiling.Rows)), f.Ceiling.Time.Seconds(), count(int(f.Ceiling.Rate())), f.Ceiling.cpuPer100k())
 	if f.NoTrimRun {
-		p("| diagnostic: ceiling with retention: those INSERTs, with range DELETEs spread among them (the statement trims use, 64 users each) that cut as many entries as the round adds, %d of one user's oldest at a time as a sampled trim cuts | %s | %.2f | %s | — | %s | — | %s |",
+		p("| diagnostic: ceiling with retention: those INSERTs, with cuts spread among them (for 64 users at a time, a SELECT of each one's oldest entries down to its cut, then the range DELETE trims use) that cut as many entries as the round adds, %d of one user's oldest at a time as a sampled trim cuts | %s | %.2f | %s | — | %s | — | %s |",
 			f.TrimEvery, count(int(f.CeilingRetain.Rows)), f.CeilingRetain.Time.Seconds(), count(int(f.CeilingRetain.Rate())),
 			count(int(f.CeilingRetain.Trimmed)), f.CeilingRetain.cpuPer100k())
 	}
@@ -341,9 +341,10 @@ func (r *report) renderFanout(p func(string, ...any)) {
 	p("worker errors from `feed_worker_errors_total` (steps that failed after the store's own retries).")
 	p("The ceiling neither checks the follow edge, nor keeps task progress, nor trims. The ceiling with")
 	p("retention writes the same rows and deletes as many with raw statements and none of the fan-out's")
-	p("bookkeeping: its cuts are known before the clock starts, where trims must rank each inbox to find")
-	p("them, and it cuts in the trims' size (an inbox cut by a few entries at a time costs the server")
-	p("about twice as much per entry).")
+	p("bookkeeping: each of its statements cuts 64 inboxes, where a batch's trims cut the few it samples,")
+	p("and it finds where a cut falls by reading the entries it cuts, from the oldest, where a trim ranks")
+	p("the inbox from its newest (it does not know how many entries there are). It cuts in the trims'")
+	p("size: an inbox cut by a few entries at a time costs the server about twice as much per entry.")
 	p("")
 }
 
