@@ -71,6 +71,7 @@ func startMain(t *testing.T, args ...string) (*Main, *syncBuffer) {
 		// Tests close many servers; a load balancer's drain is not theirs.
 		args = append(slices.Clone(args), "--drain-delay=0s")
 	}
+	args = withEngine(t, args)
 	if err := m.ParseFlags(args); err != nil {
 		t.Fatalf("ParseFlags(%q): %v", args, err)
 	}
@@ -86,6 +87,16 @@ func startMain(t *testing.T, args ...string) (*Main, *syncBuffer) {
 		t.Fatalf("Run(%q): %v", args, err)
 	}
 	return m, log
+}
+
+// withEngine adds the inbox engine of the tests' stores (storetest.EnvEngine)
+// to a command's arguments that name none, as childEnv does for
+// subprocesses.
+func withEngine(t *testing.T, args []string) []string {
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--inbox-engine") }) {
+		return args
+	}
+	return append(slices.Clone(args), "--inbox-engine="+string(storetest.InboxEngine(t)))
 }
 
 // serveArgs are the arguments of an in-process `feedd serve` on a random

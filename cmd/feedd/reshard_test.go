@@ -69,7 +69,7 @@ func TestReshard(t *testing.T) {
 	reshardCmd := func(step, path string) error {
 		m := NewMain()
 		m.Stderr = &syncBuffer{}
-		must(t, m.ParseFlags([]string{"reshard", step, "--sharding", path, "--progress=false", "--batch-size", "50"}))
+		must(t, m.ParseFlags(withEngine(t, []string{"reshard", step, "--sharding", path, "--progress=false", "--batch-size", "50"})))
 		err := m.Run(ctx)
 		if err != nil {
 			t.Logf("reshard %s: %v\n%s", step, err, m.Stderr.(*syncBuffer).String())
@@ -404,7 +404,7 @@ func startMainErr(t *testing.T, args ...string) (*Main, error) {
 	t.Helper()
 	m := NewMain()
 	m.Stderr = &syncBuffer{}
-	must(t, m.ParseFlags(append(args, "--http-addr", "127.0.0.1:0", "--drain-delay=0s")))
+	must(t, m.ParseFlags(withEngine(t, append(args, "--http-addr", "127.0.0.1:0", "--drain-delay=0s"))))
 	err := m.Run(context.Background())
 	m.Close()
 	return m, err

@@ -2,6 +2,7 @@ package reshard
 
 import (
 	"context"
+	"database/sql/driver"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -255,57 +256,13 @@ func (r *Reshard) drain(ctx context.Context, name string, tables map[string]tabl
 		}
 	}
 	for {
-		var batch []change
-		rows, err := db.QueryxContext(ctx, changesSQL, max(r.opt.BatchSize, changesBatch))
-		if err != nil {
+		batch, err := r.drainPass(ctx, name, tables, out)
+		if err != nil || len(batch) == 0 {
 			return err
 		}
-		for rows.Next() {
-			var c change
-			if err := rows.Scan(&c.seq, &c.table, &c.id, &c.pk); err != nil {
-				rows.Close()
-				return err
-			}
-			batch = append(batch, c)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(batch) == 0 {
-			return nil
-		}
-		// By table, then by source and target: each group is one read and
-		// one write.
-		type group struct{ table, from, to string }
-		keys := map[group]map[string]bool{}
-		seqs := make([]any, 0, len(batch))
-		for _, c := range batch {
-			seqs = append(seqs, c.seq)
-			v := r.vshard(c.id)
-			if _, ok := tables[c.table]; !ok || r.inForce[v] == r.target[v] {
-				continue // not moving
-			}
-			out.touched[v] = true
-			g := group{c.table, r.inForce[v], r.target[v]}
-			if keys[g] == nil {
-				keys[g] = map[string]bool{}
-			}
-			keys[g][c.pk] = true
-		}
-		for g, pks := range keys {
-			// The target's workers lock the rows they work on: a write
-			// there may deadlock with them, and runs again.
-			var n int
-			err := retryLocked(ctx, func() error {
-				var err error
-				n, err = r.resync(ctx, tables[g.table], g.from, g.to, pks)
-				return err
-			})
-			if err != nil {
-				return fmt.Errorf("reshard: catch up %s (%s -> %s): %w", g.table, g.from, g.to, err)
-			}
-			out.applied += n
+		seqs := make([]any, len(batch))
+		for i, c := range batch {
+			seqs[i] = c.seq
 		}
 		if err := r.exec(ctx, name, "DELETE FROM reshard_changes WHERE seq IN (?"+strings.Repeat(",?", len(seqs)-1)+")", seqs...); err != nil {
 			return err
@@ -316,10 +273,110 @@ func (r *Reshard) drain(ctx context.Context, name string, tables map[string]tabl
 	}
 }
 
+// drainPass applies one batch of the log of database name and returns its
+// entries. It reads the log, and the rows logged there
+// that database name holds, in one consistent snapshot across engines: a
+// transaction that writes the inbox in RocksDB and logs the change in
+// InnoDB commits in one engine before the other, and a snapshot sees it in
+// both or in neither, so an entry is never applied before its row shows
+// (docs/SHARDING.md, "Capturing writes").
+func (r *Reshard) drainPass(ctx context.Context, name string, tables map[string]table, out *drained) ([]change, error) {
+	snap, err := openSnapshot(ctx, r.dbs[name])
+	if err != nil {
+		return nil, err
+	}
+	defer snap.close(ctx)
+	var batch []change
+	rows, err := snap.QueryxContext(ctx, changesSQL, max(r.opt.BatchSize, changesBatch))
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var c change
+		if err := rows.Scan(&c.seq, &c.table, &c.id, &c.pk); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		batch = append(batch, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// By table, then by source and target: each group is one read and
+	// one write.
+	type group struct{ table, from, to string }
+	keys := map[group]map[string]bool{}
+	for _, c := range batch {
+		v := r.vshard(c.id)
+		if _, ok := tables[c.table]; !ok || r.inForce[v] == r.target[v] {
+			continue // not moving
+		}
+		out.touched[v] = true
+		g := group{c.table, r.inForce[v], r.target[v]}
+		if keys[g] == nil {
+			keys[g] = map[string]bool{}
+		}
+		keys[g][c.pk] = true
+	}
+	for g, pks := range keys {
+		var src sqlx.QueryerContext = r.dbs[g.from]
+		if g.from == name {
+			src = snap
+		}
+		// The target's workers lock the rows they work on: a write
+		// there may deadlock with them, and runs again.
+		var n int
+		err := retryLocked(ctx, func() error {
+			var err error
+			n, err = r.resync(ctx, tables[g.table], src, g.to, pks)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("reshard: catch up %s (%s -> %s): %w", g.table, g.from, g.to, err)
+		}
+		out.applied += n
+	}
+	return batch, nil
+}
+
+// snapshot is a read-only transaction on one connection, started WITH
+// CONSISTENT SNAPSHOT: MariaDB takes it in every engine at once, between
+// commits, so a transaction that wrote RocksDB and InnoDB tables shows in
+// both or in neither. (A statement reads each engine as of its own first
+// read, and a transaction lets each engine's writes show as that engine
+// commits.)
+type snapshot struct{ *sqlx.Conn }
+
+func openSnapshot(ctx context.Context, db *sqlx.DB) (*snapshot, error) {
+	conn, err := db.Connx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The level of the next transaction only: InnoDB takes no snapshot
+	// at its start under READ COMMITTED.
+	for _, q := range []string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			conn.Close()
+			return nil, err
+		}
+	}
+	return &snapshot{conn}, nil
+}
+
+// close ends the transaction and gives the connection back, or drops it if
+// the transaction could not be ended.
+func (s *snapshot) close(ctx context.Context) {
+	if _, err := s.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+		_ = s.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	s.Conn.Close()
+}
+
 // resync makes the rows of t with the given primary keys (JSON arrays) on
 // database to what they are on database from: written where found, deleted
 // where not.
-func (r *Reshard) resync(ctx context.Context, t table, from, to string, pks map[string]bool) (int, error) {
+func (r *Reshard) resync(ctx context.Context, t table, from sqlx.QueryerContext, to string, pks map[string]bool) (int, error) {
 	var keys [][]any
 	for pk := range pks {
 		k, err := decodePK(pk)
@@ -328,7 +385,7 @@ func (r *Reshard) resync(ctx context.Context, t table, from, to string, pks map[
 		}
 		keys = append(keys, k)
 	}
-	found, err := r.rowsByKey(ctx, r.dbs[from], t, keys)
+	found, err := r.rowsByKey(ctx, from, t, keys)
 	if err != nil {
 		return 0, err
 	}
@@ -362,7 +419,7 @@ func (r *Reshard) resync(ctx context.Context, t table, from, to string, pks map[
 }
 
 // rowsByKey reads the rows of t with the given primary keys, by key.
-func (r *Reshard) rowsByKey(ctx context.Context, db *sqlx.DB, t table, keys [][]any) (map[string][]any, error) {
+func (r *Reshard) rowsByKey(ctx context.Context, db sqlx.QueryerContext, t table, keys [][]any) (map[string][]any, error) {
 	out := map[string][]any{}
 	q, args := byKeys(t, keys)
 	_, err := scanBatch(ctx, db, "SELECT "+quoted(t.cols)+" FROM `"+t.name+"` WHERE "+q, args, len(t.cols), func(row []any) error {
