@@ -59,27 +59,22 @@ func cutOldest(ctx context.Context, db *sqlx.DB, cuts []userCut) (int64, error) 
 		parts[i] = oldestPartSQL
 		args = append(args, c.user, c.n+1)
 	}
+	var oldest []struct {
+		UserID uint64 `db:"user_id"`
+		feed.Post
+	}
+	if err := sqlx.SelectContext(ctx, db, &oldest, strings.Join(parts, " UNION ALL "), args...); err != nil {
+		return 0, fmt.Errorf("oldest inbox entries: %w", err)
+	}
 	// The newest of a user's rows bounds its cut; an inbox of one entry
 	// keeps it.
 	newest := map[uint64]store.InboxRow{}
 	seen := map[uint64]int{}
-	rows, err := db.QueryContext(ctx, strings.Join(parts, " UNION ALL "), args...)
-	if err != nil {
-		return 0, fmt.Errorf("oldest inbox entries: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var r store.InboxRow
-		if err := rows.Scan(&r.UserID, &r.PublishTime, &r.ContentID); err != nil {
-			return 0, fmt.Errorf("oldest inbox entries: %w", err)
-		}
+	for _, r := range oldest {
 		seen[r.UserID]++
 		if n, ok := newest[r.UserID]; !ok || n.Key().Less(r.Key()) {
-			newest[r.UserID] = r
+			newest[r.UserID] = store.InboxRow{UserID: r.UserID, Post: r.Post}
 		}
-	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("oldest inbox entries: %w", err)
 	}
 	var bounds []store.InboxRow
 	for u, r := range newest {
