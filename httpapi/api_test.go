@@ -657,9 +657,8 @@ func TestDelivery(t *testing.T) {
 			return err == nil && b.Idle()
 		})
 
-		// Hold the follow edges' entries in idx_following_author, which the
-		// fan-out's writes into the followers' inboxes read with a shared
-		// lock, so those writes wait: the delivery is planned and running
+		// Hold the author's follow edges, which the fan-out's writes into
+		// the followers' inboxes read FOR UPDATE, so those writes wait: the delivery is planned and running
 		// meanwhile.
 		ctx := context.Background()
 		tx, err := v.st.ShardOf(author).DB.BeginTxx(ctx, nil)
@@ -668,7 +667,7 @@ func TestDelivery(t *testing.T) {
 		}
 		defer tx.Rollback()
 		var n int
-		if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM following FORCE INDEX (idx_following_author) WHERE author_id = ? FOR UPDATE`, author); err != nil || n != 2 {
+		if err := tx.GetContext(ctx, &n, `SELECT COUNT(*) FROM following FORCE INDEX (PRIMARY) WHERE author_id = ? FOR UPDATE`, author); err != nil || n != 2 {
 			t.Fatalf("lock the follow edges: n=%d, %v", n, err)
 		}
 		p := v.publish(t, author, `{}`, http.StatusCreated)

@@ -120,11 +120,11 @@ CREATE TABLE IF NOT EXISTS following (
     followed_at BIGINT          NOT NULL COMMENT 'Unix ms of the follow',
     pull        TINYINT         NOT NULL DEFAULT 0 COMMENT 'bits: 1 pull author (merge its posts at or before active_since at read time), 2 backfill pending (merge its whole outbox)',
     muted       TINYINT         NOT NULL DEFAULT 0 COMMENT '1 while the pair has a mutes row (the user mutes the author, or the author hides from the user): fan-out skips the edge, reads leave the author out',
-    PRIMARY KEY (user_id, author_id),
-    KEY idx_following_pull (user_id, pull, muted),
-    KEY idx_following_author (author_id, user_id, muted)
+    PRIMARY KEY (author_id, user_id),
+    KEY idx_following_user (user_id, author_id, followed_at),
+    KEY idx_following_pull (user_id, pull, muted, author_id)
 ) ENGINE = InnoDB
-  COMMENT 'user-keyed: the authoritative follow edges. Fan-out reads the edges of one author through idx_following_author, so a post lands only in the inbox of a current follower';
+  COMMENT 'user-keyed: the authoritative follow edges, clustered by author: fan-out reads and locks the edges of one author in a range of users as one range of the primary key, so a post lands only in the inbox of a current follower. The user side reads its indexes alone';
 
 CREATE TABLE IF NOT EXISTS follow_events (
     user_id       BIGINT UNSIGNED NOT NULL,

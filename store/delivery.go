@@ -267,9 +267,10 @@ const batchFollowersSQL = followersPageSQL
 // progress mark to the last follower it lists, or to the task's end when it
 // finishes the task, so a delivery's batches cover every user id once. Its
 // writes read the author's follow edges in that range, on the users' shards,
-// instead of listing the users: one range of idx_following_author, where the
-// author's edges lie together in user order, read from the index alone. The
-// followers list on the author's shard only cuts the ranges, counts them and
+// instead of listing the users: one range of following's primary key
+// (author_id, user_id), where the author's edges lie together in user order,
+// so reading and locking them touches a few pages however the users spread
+// over the shard. The followers list on the author's shard only cuts the ranges, counts them and
 // names their shards.
 //
 // Reading the edges is also the follow check, and the writes read them FOR
@@ -285,7 +286,7 @@ const batchFollowersSQL = followersPageSQL
 // reached the followers list yet; its backfill would copy the post too, and
 // INSERT IGNORE keeps one copy.
 const pushSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
-SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author)
+SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (PRIMARY)
 WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 FOR UPDATE`
 
 // pushActiveSQL is pushSQL restricted to users who read their feed at or
@@ -295,14 +296,14 @@ WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 FOR U
 // The headers are locked too (FOR UPDATE covers every table read): a feed
 // read's activity mark waits for the batch, as it would for a shared lock.
 const pushActiveSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
-SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN inbox u
+SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (PRIMARY) STRAIGHT_JOIN inbox u
  ON u.user_id = f.user_id AND u.publish_time = 9223372036854775807 AND u.content_id = 18446744073709551615
 WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 AND u.last_read_at >= ? FOR UPDATE`
 
 // retractSQL removes the post from the inboxes of the users who follow its
 // author in the batch's range: every inbox that can hold it, since an
 // unfollow purges the author's posts and pushes reach only live edges.
-const retractSQL = `DELETE i FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN inbox i
+const retractSQL = `DELETE i FROM following f FORCE INDEX (PRIMARY) STRAIGHT_JOIN inbox i
  ON i.user_id = f.user_id AND i.publish_time = ? AND i.content_id = ?
 WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ?`
 

@@ -22,6 +22,8 @@ const (
 	PushActiveSQL    = pushActiveSQL
 	RetractSQL       = retractSQL
 	ListFollowingSQL = listFollowingSQL
+	FollowedAuthors  = followedAuthorsSQL
+	FollowedHosts    = followedHostsSQL
 	TrimBoundarySQL  = trimBoundaryPartSQL
 	TrimPartSQL      = trimPartSQL
 	InboxTopSQL      = inboxTopPartSQL

@@ -30,8 +30,8 @@ const firstFollowersPartSQL = `(SELECT author_id, user_id FROM followers WHERE a
 
 // pushPostsSQL writes posts, given as a derived table of one row per post,
 // into the inboxes of their authors' followers on one database: each post
-// joined with its author's follow edges there, read through
-// idx_following_author. As with a task's push (pushSQL), reading the edges
+// joined with its author's follow edges there, one range of following's
+// primary key (author_id, user_id) per post. As with a task's push (pushSQL), reading the edges
 // FOR UPDATE is the follow check, whose row locks serialise the push with an
 // unfollow's purge, and a follow not listed yet gets the post here and from
 // its backfill, once (INSERT IGNORE).
@@ -40,7 +40,7 @@ const (
 SELECT f.user_id, p.publish_time, p.content_id, p.author_id, p.kind FROM (`
 	pushPostsFirst = `SELECT ? AS content_id, ? AS publish_time, ? AS author_id, ? AS kind`
 	pushPostsNext  = ` UNION ALL SELECT ?, ?, ?, ?`
-	pushPostsTail  = `) p STRAIGHT_JOIN following f FORCE INDEX (idx_following_author) ON f.author_id = p.author_id AND f.muted = 0 FOR UPDATE`
+	pushPostsTail  = `) p STRAIGHT_JOIN following f FORCE INDEX (PRIMARY) ON f.author_id = p.author_id AND f.muted = 0 FOR UPDATE`
 )
 
 // PushResult reports a PushDeliveries call.

@@ -113,7 +113,7 @@ func TestPushDeliveries(t *testing.T) {
 		tx, err := far.DB.BeginTxx(t.Context(), nil)
 		must(t, err)
 		defer tx.Rollback()
-		mustExec(t, tx, `SELECT COUNT(*) FROM following FORCE INDEX (idx_following_author) WHERE author_id = ? FOR UPDATE`, authors[1])
+		mustExec(t, tx, `SELECT COUNT(*) FROM following FORCE INDEX (PRIMARY) WHERE author_id = ? FOR UPDATE`, authors[1])
 		jobs, err := st.ClaimDeliveries(t.Context(), home, t0, t0+lease, 100, newToken())
 		must(t, err)
 		res, err := st.PushDeliveries(t.Context(), home, jobs, store.BatchOptions{Size: 10, TargetTimeout: 200 * time.Millisecond})

@@ -14,24 +14,25 @@ import (
 // A viewer's replays list is what fan-out pushed of the followed hosts'
 // replays: a replay's delivery (kind ReplayKind) runs through the posts'
 // planner, tasks and push policy, and its writes land here instead of the
-// inbox, with the same follow check (the edges of idx_following_author in
-// the batch's range, muted ones left out, read FOR UPDATE so that an
-// unfollow's purge of the replays waits for the write).
+// inbox, with the same follow check (the author's edges in the batch's
+// range, one range of following's primary key, muted ones left out, read
+// FOR UPDATE so that an unfollow's purge of the replays waits for the
+// write).
 
 // pushReplaySQL is pushSQL for a replay.
 const pushReplaySQL = `INSERT IGNORE INTO replays (user_id, ended_at, stream_id, host_id)
-SELECT f.user_id, ?, ?, ? FROM following f FORCE INDEX (idx_following_author)
+SELECT f.user_id, ?, ?, ? FROM following f FORCE INDEX (PRIMARY)
 WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 FOR UPDATE`
 
 // pushActiveReplaySQL is pushActiveSQL for a replay: followers whose inbox
 // header says they read at or after a cutoff.
 const pushActiveReplaySQL = `INSERT IGNORE INTO replays (user_id, ended_at, stream_id, host_id)
-SELECT f.user_id, ?, ?, ? FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN inbox u
+SELECT f.user_id, ?, ?, ? FROM following f FORCE INDEX (PRIMARY) STRAIGHT_JOIN inbox u
  ON u.user_id = f.user_id AND u.publish_time = 9223372036854775807 AND u.content_id = 18446744073709551615
 WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 AND u.last_read_at >= ? FOR UPDATE`
 
 // retractReplaySQL is retractSQL for a replay.
-const retractReplaySQL = `DELETE r FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN replays r
+const retractReplaySQL = `DELETE r FROM following f FORCE INDEX (PRIMARY) STRAIGHT_JOIN replays r
  ON r.user_id = f.user_id AND r.ended_at = ? AND r.stream_id = ?
 WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ?`
 

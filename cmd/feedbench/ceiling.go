@@ -108,7 +108,7 @@ func deleteInboxBelow(ctx context.Context, db *sqlx.DB, bounds []store.InboxRow)
 
 // retractSQL removes a post from the inboxes of its author's followers, in
 // the shape of the service's retraction over all of them at once.
-const retractSQL = `DELETE i FROM following f FORCE INDEX (idx_following_author) STRAIGHT_JOIN inbox i
+const retractSQL = `DELETE i FROM following f FORCE INDEX (PRIMARY) STRAIGHT_JOIN inbox i
  ON i.user_id = f.user_id AND i.publish_time = ? AND i.content_id = ?
 WHERE f.author_id = ?`
 
