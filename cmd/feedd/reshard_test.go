@@ -349,12 +349,18 @@ func (w *workload) check(t *testing.T) {
 		}
 		want := newest(es)
 		var got []string
-		waitFor(t, fmt.Sprintf("the feed of %d", u), func() bool {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 			got = read(func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
 				return w.c.Feed(ctx, u, limit, cursor)
 			})
-			return slices.Equal(got, want)
-		})
+			if slices.Equal(got, want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				// The difference says which write the feed lost or kept.
+				t.Fatalf("the feed of %d did not settle in 10 s: %v, want %v", u, got, want)
+			}
+		}
 	}
 }
 
