@@ -348,19 +348,17 @@ func (w *workload) check(t *testing.T) {
 			}
 		}
 		want := newest(es)
-		var got []string
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			got = read(func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
+		// The last feed read, against the one wanted, says which write it
+		// lost or kept.
+		eventually(t, 10*time.Second, fmt.Sprintf("the feed of %d", u), func() error {
+			got := read(func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
 				return w.c.Feed(ctx, u, limit, cursor)
 			})
-			if slices.Equal(got, want) {
-				break
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("read %v, want %v", got, want)
 			}
-			if time.Now().After(deadline) {
-				// The difference says which write the feed lost or kept.
-				t.Fatalf("the feed of %d did not settle in 10 s: %v, want %v", u, got, want)
-			}
-		}
+			return nil
+		})
 	}
 }
 
