@@ -305,24 +305,33 @@ type fanoutSnapshot struct {
 func snapshotFanout(t *testing.T, db *sql.DB, contentID uint64) fanoutSnapshot {
 	t.Helper()
 	ctx := context.Background()
-	// Not READ ONLY: TiDB refuses that mode (error 1235); RR is the snapshot.
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelRepeatableRead})
+	// A killed feedd's last COMMIT can still be running in the server. With
+	// the inbox in RocksDB and the progress in InnoDB, a plain transaction
+	// takes each engine's snapshot at its first read there, so that commit
+	// could land between them; WITH CONSISTENT SNAPSHOT takes both at once.
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback()
+	defer conn.Close()
+	for _, q := range []string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"} {
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer conn.ExecContext(ctx, "ROLLBACK")
 	var s fanoutSnapshot
 	var doneDelivered int64
-	if err := tx.QueryRow(`SELECT state, delivered FROM deliveries WHERE content_id = ?`, contentID).Scan(&s.State, &doneDelivered); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT state, delivered FROM deliveries WHERE content_id = ?`, contentID).Scan(&s.State, &doneDelivered); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.QueryRow(`SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?`, contentID).Scan(&s.Delivered); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ?`, contentID).Scan(&s.Delivered); err != nil {
 		t.Fatal(err)
 	}
 	if s.State == 2 {
 		s.Delivered = doneDelivered
 	}
-	if err := tx.QueryRow(`SELECT COUNT(*) FROM inbox WHERE content_id = ?`, contentID).Scan(&s.Rows); err != nil {
+	if err := conn.QueryRowContext(ctx, `SELECT COUNT(*) FROM inbox WHERE content_id = ?`, contentID).Scan(&s.Rows); err != nil {
 		t.Fatal(err)
 	}
 	return s
