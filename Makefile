@@ -101,20 +101,20 @@ ROCKSDB_DSN = { if [ -n "$${FEED_TEST_ROCKSDB_DSN:-}" ]; then echo "$$FEED_TEST_
 	else FEED_INBOX_ENGINE=rocksdb FEED_LOCAL_DB_PORT=3308 .ci/localdb.sh; fi; }
 
 # The suites that run again with the inbox in MyRocks: the store and the
-# service, and the SIGKILL crash tests.
+# service, the SIGKILL crash tests and the online reshard under load.
 ROCKSDB_TESTS = \
 	FEED_TEST_INBOX_ENGINE=rocksdb $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./store/... ./service && \
-	FEED_TEST_INBOX_ENGINE=rocksdb $(GO) test -count=1 -timeout 15m -run 'TestCrash' $(TESTFLAGS) ./cmd/feedd
+	FEED_TEST_INBOX_ENGINE=rocksdb $(GO) test -count=1 -timeout 15m -run 'TestCrash|^TestReshard$$' $(TESTFLAGS) ./cmd/feedd
 
 .PHONY: test
-test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB, then the store, service and crash tests with the inbox in MyRocks
+test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB, then the store, service, crash and reshard tests with the inbox in MyRocks
 	@rocksdb="$$($(ROCKSDB_DSN))"; \
 	$(WITH_TEST_DB) \
 	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./... && \
 	FEED_TEST_MYSQL_DSN="$$rocksdb" && $(ROCKSDB_TESTS)
 
 .PHONY: test-rocksdb
-test-rocksdb: ## The store, service and crash tests with the inbox in MyRocks (FEED_TEST_ROCKSDB_DSN, else a local MariaDB on 3308 with deploy/rocksdb.cnf)
+test-rocksdb: ## The store, service, crash and reshard tests with the inbox in MyRocks (FEED_TEST_ROCKSDB_DSN, else a local MariaDB on 3308 with deploy/rocksdb.cnf)
 	@export FEED_TEST_MYSQL_DSN="$$($(ROCKSDB_DSN))"; \
 	set -x; $(ROCKSDB_TESTS)
 

@@ -328,7 +328,8 @@ func (t table) after(last []any) (string, []any) {
 }
 
 // scan reads every row of t on db in primary key order, batch by batch,
-// and calls fn with each row's placing id and values (nil for NULL).
+// and calls fn with each row's placing id and values (nil for NULL). The
+// index is forced for the reason rowsByKey gives.
 func (r *Reshard) scan(ctx context.Context, db *sqlx.DB, t table, fn func(id uint64, row []any) error) error {
 	cols := quoted(t.cols)
 	order := make([]string, len(t.pk))
@@ -337,7 +338,7 @@ func (r *Reshard) scan(ctx context.Context, db *sqlx.DB, t table, fn func(id uin
 	}
 	var last []any
 	for {
-		q := "SELECT " + cols + " FROM `" + t.name + "`"
+		q := "SELECT " + cols + " FROM `" + t.name + "` FORCE INDEX (PRIMARY)"
 		var args []any
 		if last != nil {
 			where, a := t.after(last)
