@@ -82,3 +82,9 @@ func ObserveStatements(f func(query string)) { statementHook = f }
 func (s *Store) OnTarget(ctx context.Context, target *Shard, fn func(ctx context.Context, tx *sqlx.Tx) (int64, error)) (int64, error) {
 	return s.onTarget(ctx, target, BatchOptions{}, fn)
 }
+
+// The page's integer scan targets.
+type (
+	ScanUint = scanUint
+	ScanInt  = scanInt
+)

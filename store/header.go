@@ -155,12 +155,11 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 	// One set of scan targets for every row: they escape to the heap
 	// through Scan, and a set per row would cost a page hundreds of allocations.
 	var (
-		src                int
-		t                  int64
-		id, a              uint64
+		src, t             scanInt
+		id, a              scanUint
 		k                  sql.RawBytes
-		ft, lr, act, p, fv sql.NullInt64
-		fi                 sql.Null[uint64]
+		ft, lr, act, p, fv sql.Null[scanInt]
+		fi                 sql.Null[scanUint]
 	)
 	dest := []any{&src, &t, &id, &a, &k, &ft, &fi, &lr, &act, &p, &fv}
 	snap.Inbox = make([]feed.Post, 0, limit)
@@ -171,14 +170,14 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 		snap.Rows++
 		switch {
 		case src == 1:
-			snap.Pull = append(snap.Pull, PullAuthor{AuthorID: a, Pull: int(t)})
-		case t == maxTime && id == maxID:
+			snap.Pull = append(snap.Pull, PullAuthor{AuthorID: uint64(a), Pull: int(t)})
+		case int64(t) == maxTime && uint64(id) == maxID:
 			if ft.Valid {
-				snap.Floor = &feed.Key{PublishTime: ft.Int64, ContentID: fi.V}
+				snap.Floor = &feed.Key{PublishTime: int64(ft.V), ContentID: uint64(fi.V)}
 			}
-			snap.LastReadAt, snap.ActiveSince, snap.Follows, pulls = lr.Int64, act.Int64, fv.Int64, p.Int64 > 0
+			snap.LastReadAt, snap.ActiveSince, snap.Follows, pulls = int64(lr.V), int64(act.V), int64(fv.V), p.V > 0
 		case len(snap.Inbox) < limit:
-			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: id, AuthorID: a, PublishTime: t, Kind: kindOf(k)})
+			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: uint64(id), AuthorID: uint64(a), PublishTime: int64(t), Kind: kindOf(k)})
 		}
 	}
 	return snap, pulls, rows.Err()

@@ -1,0 +1,48 @@
+package store_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/feedhq/feed/store"
+)
+
+// TestScanIntegers covers what the drivers hand over: int64 from the binary
+// protocol, an unsigned value above math.MaxInt64 as its decimal text, and
+// text from the text protocol.
+func TestScanIntegers(t *testing.T) {
+	for _, c := range []struct {
+		src  any
+		want uint64
+	}{
+		{int64(42), 42},
+		{uint64(math.MaxUint64), math.MaxUint64},
+		{[]byte("18446744073709551615"), math.MaxUint64},
+		{"7", 7},
+	} {
+		var u store.ScanUint
+		if err := u.Scan(c.src); err != nil || uint64(u) != c.want {
+			t.Errorf("ScanUint.Scan(%#v) = %d, %v; want %d", c.src, u, err, c.want)
+		}
+	}
+	for _, c := range []struct {
+		src  any
+		want int64
+	}{
+		{int64(-3), -3},
+		{[]byte("9223372036854775807"), math.MaxInt64},
+		{"-1", -1},
+	} {
+		var i store.ScanInt
+		if err := i.Scan(c.src); err != nil || int64(i) != c.want {
+			t.Errorf("ScanInt.Scan(%#v) = %d, %v; want %d", c.src, i, err, c.want)
+		}
+	}
+	var u store.ScanUint
+	if err := u.Scan(1.5); err == nil {
+		t.Error("ScanUint.Scan(1.5): no error")
+	}
+	if err := u.Scan([]byte("-1")); err == nil {
+		t.Error(`ScanUint.Scan("-1"): no error`)
+	}
+}
