@@ -86,7 +86,10 @@ func (c *outboxCache) drop(author uint64) {
 // the statements and missing authors in rd. Lists from the cache share its
 // arrays: read them only.
 func (s *Service) pull(ctx context.Context, rd *pageRead, sources []store.PullSource, limit int) ([][]feed.Post, error) {
-	if s.cache == nil || len(sources) == 0 {
+	if len(sources) == 0 {
+		return nil, nil // an inbox-only page
+	}
+	if s.cache == nil {
 		posts, err := s.readOutboxes(ctx, rd, sources, limit, true)
 		return [][]feed.Post{posts}, err
 	}
