@@ -85,6 +85,6 @@ func (s *Store) OnTarget(ctx context.Context, target *Shard, fn func(ctx context
 
 // The page's integer scan targets.
 type (
-	ScanUint = scanUint
-	ScanInt  = scanInt
+	ScanUint = integer[uint64]
+	ScanInt  = integer[int64]
 )

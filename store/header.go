@@ -155,11 +155,11 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 	// One set of scan targets for every row: they escape to the heap
 	// through Scan, and a set per row would cost a page hundreds of allocations.
 	var (
-		src, t             scanInt
-		id, a              scanUint
+		src, t             integer[int64]
+		id, a              integer[uint64]
 		k                  sql.RawBytes
-		ft, lr, act, p, fv sql.Null[scanInt]
-		fi                 sql.Null[scanUint]
+		ft, lr, act, p, fv sql.Null[integer[int64]]
+		fi                 sql.Null[integer[uint64]]
 	)
 	dest := []any{&src, &t, &id, &a, &k, &ft, &fi, &lr, &act, &p, &fv}
 	snap.Inbox = make([]feed.Post, 0, limit)
@@ -169,15 +169,15 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 		}
 		snap.Rows++
 		switch {
-		case src == 1:
-			snap.Pull = append(snap.Pull, PullAuthor{AuthorID: uint64(a), Pull: int(t)})
-		case int64(t) == maxTime && uint64(id) == maxID:
+		case src.V == 1:
+			snap.Pull = append(snap.Pull, PullAuthor{AuthorID: a.V, Pull: int(t.V)})
+		case t.V == maxTime && id.V == maxID:
 			if ft.Valid {
-				snap.Floor = &feed.Key{PublishTime: int64(ft.V), ContentID: uint64(fi.V)}
+				snap.Floor = &feed.Key{PublishTime: ft.V.V, ContentID: fi.V.V}
 			}
-			snap.LastReadAt, snap.ActiveSince, snap.Follows, pulls = int64(lr.V), int64(act.V), int64(fv.V), p.V > 0
+			snap.LastReadAt, snap.ActiveSince, snap.Follows, pulls = lr.V.V, act.V.V, fv.V.V, p.V.V > 0
 		case len(snap.Inbox) < limit:
-			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: uint64(id), AuthorID: uint64(a), PublishTime: int64(t), Kind: kindOf(k)})
+			snap.Inbox = append(snap.Inbox, feed.Post{ContentID: id.V, AuthorID: a.V, PublishTime: t.V, Kind: kindOf(k)})
 		}
 	}
 	return snap, pulls, rows.Err()

@@ -5,50 +5,36 @@ import (
 	"strconv"
 )
 
-// Integer scan targets for a page's rows. Scanning into a *uint64 or *int,
-// database/sql formats the driver's int64 as a decimal string and parses it
-// back, twice per row and column; these take the driver's values as they
-// come: int64 from the binary protocol (an unsigned value above
-// math.MaxInt64 as its decimal text), text from the other.
-type (
-	scanUint uint64
-	scanInt  int64
-)
+// integer is a scan target for a page's integer columns. Scanning into a
+// *uint64 or *int, database/sql formats the driver's int64 as a decimal
+// string and parses it back, for every row and column; integer takes the
+// driver's values as they come: int64 from the binary protocol (an unsigned
+// value above math.MaxInt64 as its decimal text), text from the other.
+type integer[T int64 | uint64] struct{ V T }
 
-func (u *scanUint) Scan(src any) error {
+func (n *integer[T]) Scan(src any) error {
 	switch v := src.(type) {
 	case int64:
-		*u = scanUint(v)
+		n.V = T(v)
+		return nil
 	case uint64:
-		*u = scanUint(v)
+		n.V = T(v)
+		return nil
 	case []byte:
-		n, err := strconv.ParseUint(string(v), 10, 64)
-		*u = scanUint(n)
-		return err
+		return n.parse(string(v))
 	case string:
-		n, err := strconv.ParseUint(v, 10, 64)
-		*u = scanUint(n)
-		return err
-	default:
-		return fmt.Errorf("store: cannot scan %T into an unsigned integer", src)
+		return n.parse(v)
 	}
-	return nil
+	return fmt.Errorf("store: cannot scan %T into %T", src, n.V)
 }
 
-func (i *scanInt) Scan(src any) error {
-	switch v := src.(type) {
-	case int64:
-		*i = scanInt(v)
-	case []byte:
-		n, err := strconv.ParseInt(string(v), 10, 64)
-		*i = scanInt(n)
-		return err
-	case string:
-		n, err := strconv.ParseInt(v, 10, 64)
-		*i = scanInt(n)
-		return err
-	default:
-		return fmt.Errorf("store: cannot scan %T into an integer", src)
+func (n *integer[T]) parse(s string) error {
+	var err error
+	switch p := any(&n.V).(type) {
+	case *int64:
+		*p, err = strconv.ParseInt(s, 10, 64)
+	case *uint64:
+		*p, err = strconv.ParseUint(s, 10, 64)
 	}
-	return nil
+	return err
 }

@@ -21,8 +21,8 @@ func TestScanIntegers(t *testing.T) {
 		{"7", 7},
 	} {
 		var u store.ScanUint
-		if err := u.Scan(c.src); err != nil || uint64(u) != c.want {
-			t.Errorf("ScanUint.Scan(%#v) = %d, %v; want %d", c.src, u, err, c.want)
+		if err := u.Scan(c.src); err != nil || u.V != c.want {
+			t.Errorf("ScanUint.Scan(%#v) = %d, %v; want %d", c.src, u.V, err, c.want)
 		}
 	}
 	for _, c := range []struct {
@@ -34,8 +34,8 @@ func TestScanIntegers(t *testing.T) {
 		{"-1", -1},
 	} {
 		var i store.ScanInt
-		if err := i.Scan(c.src); err != nil || int64(i) != c.want {
-			t.Errorf("ScanInt.Scan(%#v) = %d, %v; want %d", c.src, i, err, c.want)
+		if err := i.Scan(c.src); err != nil || i.V != c.want {
+			t.Errorf("ScanInt.Scan(%#v) = %d, %v; want %d", c.src, i.V, err, c.want)
 		}
 	}
 	var u store.ScanUint
