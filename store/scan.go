@@ -8,17 +8,21 @@ import (
 // integer is a scan target for a page's integer columns. Scanning into a
 // *uint64 or *int, database/sql formats the driver's int64 as a decimal
 // string and parses it back, for every row and column; integer takes the
-// driver's values as they come: int64 from the binary protocol (an unsigned
-// value above math.MaxInt64 as its decimal text), text from the other.
+// driver's values as they come: int64 or uint64, or decimal text (an
+// unsigned value above math.MaxInt64 in the binary protocol, a DECIMAL).
 type integer[T int64 | uint64] struct{ V T }
 
 func (n *integer[T]) Scan(src any) error {
 	switch v := src.(type) {
 	case int64:
-		n.V = T(v)
+		if n.V = T(v); v < 0 && n.V > 0 {
+			return fmt.Errorf("store: %d out of range for %T", v, n.V)
+		}
 		return nil
 	case uint64:
-		n.V = T(v)
+		if n.V = T(v); n.V < 0 {
+			return fmt.Errorf("store: %d out of range for %T", v, n.V)
+		}
 		return nil
 	case []byte:
 		return n.parse(string(v))

@@ -7,9 +7,9 @@ import (
 	"github.com/feedhq/feed/store"
 )
 
-// TestScanIntegers covers what the drivers hand over: int64 from the binary
-// protocol, an unsigned value above math.MaxInt64 as its decimal text, and
-// text from the text protocol.
+// TestScanIntegers covers what the driver hands over: int64 or uint64, or
+// decimal text (an unsigned value above math.MaxInt64 in the binary
+// protocol), and refuses what does not fit.
 func TestScanIntegers(t *testing.T) {
 	for _, c := range []struct {
 		src  any

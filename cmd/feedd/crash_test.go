@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -313,13 +314,18 @@ func snapshotFanout(t *testing.T, db *sql.DB, contentID uint64) fanoutSnapshot {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	defer func() {
+		// A connection whose transaction did not end is dropped, not pooled.
+		if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		conn.Close()
+	}()
 	for _, q := range []string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"} {
 		if _, err := conn.ExecContext(ctx, q); err != nil {
 			t.Fatal(err)
 		}
 	}
-	defer conn.ExecContext(ctx, "ROLLBACK")
 	var s fanoutSnapshot
 	var doneDelivered int64
 	if err := conn.QueryRowContext(ctx, `SELECT state, delivered FROM deliveries WHERE content_id = ?`, contentID).Scan(&s.State, &doneDelivered); err != nil {

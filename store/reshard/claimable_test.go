@@ -1,6 +1,8 @@
 package reshard
 
 import (
+	"database/sql"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -89,5 +91,19 @@ func TestCatchUpDropsStaleCopies(t *testing.T) {
 	}
 	if err := step.Verify(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The cut-over moves the replanned delivery as it is on a.
+	if _, err := step.cutOver(ctx, "a", []string{"a", "b"}, tables, Report{Source: "a", Moves: step.Moves, Epoch: step.epoch + 1}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"a": "", "b": "0 1"} {
+		var got string
+		err := r.dbs[name].GetContext(ctx, &got, fmt.Sprintf("SELECT CONCAT(state, ' ', retract) FROM deliveries WHERE content_id = %d", post))
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("database %s: delivery (state, retract) %q, want %q", name, got, want)
+		}
 	}
 }

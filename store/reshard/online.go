@@ -309,8 +309,8 @@ func (r *Reshard) drainPass(ctx context.Context, name string, tables map[string]
 	keys := map[group]map[string]bool{}
 	for _, c := range batch {
 		v := r.vshard(c.id)
-		if _, ok := tables[c.table]; !ok || r.inForce[v] == r.target[v] {
-			continue // not moving
+		if t, ok := tables[c.table]; !ok || r.inForce[v] == r.target[v] || t.allClaimable() {
+			continue // not moving, or moving only after the cut-over
 		}
 		out.touched[v] = true
 		g := group{c.table, r.inForce[v], r.target[v]}

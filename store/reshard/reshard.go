@@ -128,6 +128,9 @@ func Open(ctx context.Context, m *store.ShardMap, opt Options) (*Reshard, error)
 		r.names = append(r.names, name)
 	}
 	slices.Sort(r.names)
+	if m.InboxEngine == store.RocksDB {
+		r.warnStaleEstimates(ctx)
+	}
 	var layout string
 	for _, name := range r.names {
 		if got, err := store.ReadIdentity(ctx, r.dbs[name]); err != nil {
@@ -166,6 +169,24 @@ func Open(ctx context.Context, m *store.ShardMap, opt Options) (*Reshard, error)
 	}
 	r.Moves = moves(r.inForce, target)
 	return r, nil
+}
+
+// memtableStatsSQL reads how often MyRocks counts the rows a table holds
+// in memory (microseconds); deploy/rocksdb.cnf sets a second.
+const memtableStatsSQL = `SELECT @@rocksdb_force_compute_memtable_stats_cachetime`
+
+// warnStaleEstimates warns of a server that counts them less often: until
+// it does, a receiving inbox the copy just filled looks empty to the
+// optimizer, which plans catch-up's deletes by key as scans of the table.
+func (r *Reshard) warnStaleEstimates(ctx context.Context) {
+	for _, name := range r.names {
+		var us int64
+		if err := r.dbs[name].GetContext(ctx, &us, memtableStatsSQL); err != nil || us <= 1_000_000 {
+			continue
+		}
+		r.opt.Log.Warn("reshard: MyRocks counts a table's rows in memory less often than once a second; catch-up may scan the inbox: set rocksdb_force_compute_memtable_stats_cachetime as deploy/rocksdb.cnf does",
+			"database", name, "rocksdb_force_compute_memtable_stats_cachetime", us)
+	}
 }
 
 // Close closes the connections.
@@ -244,6 +265,13 @@ func describeByName(ctx context.Context, db *sqlx.DB) (map[string]table, error) 
 		out[t.name] = t
 	}
 	return out, nil
+}
+
+// allClaimable says whether every row of t is claimable: the copy takes
+// none of them, and catch-up has nothing of t to apply.
+func (t table) allClaimable() bool {
+	c, ok := claims[t.name]
+	return ok && c.col == ""
 }
 
 // claimable says whether workers may claim row, a row of t.
