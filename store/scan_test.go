@@ -45,4 +45,11 @@ func TestScanIntegers(t *testing.T) {
 	if err := u.Scan([]byte("-1")); err == nil {
 		t.Error(`ScanUint.Scan("-1"): no error`)
 	}
+	if err := u.Scan(int64(-1)); err == nil {
+		t.Error("ScanUint.Scan(int64(-1)): no error")
+	}
+	var i store.ScanInt
+	if err := i.Scan(uint64(math.MaxUint64)); err == nil {
+		t.Error("ScanInt.Scan(uint64(math.MaxUint64)): no error")
+	}
 }
