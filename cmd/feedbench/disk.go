@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -183,6 +184,21 @@ func renderDisk(w *bytes.Buffer, opt options, args []string, srv *diskServer, re
 	readRow(readRaw, "ceiling: raw keyset SELECT", "", 0)
 	readRow(readService, "feed pages through service.Feed in-process", "≥ 1.8", 1.8)
 	readRow(readInbox, "feed pages over HTTP (wrk-style reader)", "", 0)
+	// What a page cost, to tell a run held by the disk from one held by
+	// the CPU: at the CPU a page costs, the cores allow so many pages a
+	// second; a run that reaches it waits on no disk.
+	for _, k := range []struct{ key, name string }{{readRaw, "raw SELECT"}, {readService, "service.Feed"}, {readInbox, "HTTP"}} {
+		a, okA := in.read(k.key)
+		b, okB := rk.read(k.key)
+		if !okA || !okB {
+			continue
+		}
+		p("| diagnostic, %s: disk reads per page | %.2f | %.2f | | |", k.name, a.Cost.DiskReads(), b.Cost.DiskReads())
+		p("| diagnostic, %s: CPU µs per page, database server + feedbench | %.0f + %.0f | %.0f + %.0f | | |", k.name,
+			a.Cost.ServerCPU(), a.Cost.SelfCPU(), b.Cost.ServerCPU(), b.Cost.SelfCPU())
+		p("| diagnostic, %s: pages/s the %d cores allow at that CPU per page | %s | %s | | |", k.name, runtime.NumCPU(),
+			count(int(a.Cost.CPUBound())), count(int(b.Cost.CPUBound())))
+	}
 	if in.Fanout != nil && rk.Fanout != nil {
 		p("| fan-out into full inboxes through the service, rows/s | %s | %s | %.2f | ≥ 1.5: %s |", count(int(in.Fanout.Fanout.Rate())), count(int(rk.Fanout.Fanout.Rate())),
 			safeRatio(rk.Fanout.Fanout.Rate(), in.Fanout.Fanout.Rate()), verdict(safeRatio(rk.Fanout.Fanout.Rate(), in.Fanout.Fanout.Rate()), 1.5))

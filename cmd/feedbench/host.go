@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -129,4 +132,77 @@ func (h *hostSampler) summary() (mean, peak float64, n int) {
 		mean /= float64(n)
 	}
 	return mean, peak, n
+}
+
+// pageCost is what a read run's pages cost the machine: CPU of the
+// database server and of this process (readers, service), and the reads
+// the server's engines made from disk, over every page the run read,
+// its warm-up included.
+type pageCost struct {
+	CPU       cpuTimes
+	Reads     int64
+	Pages     int
+	HaveReads bool
+}
+
+// costSample is a point the cost of a run is measured between.
+type costSample struct {
+	cpu   cpuTimes
+	reads int64
+	ok    bool
+}
+
+// costNow samples the CPU times and the server's disk reads.
+func (b *bench) costNow(ctx context.Context) costSample {
+	reads, ok := engineDiskReads(ctx, b.db)
+	return costSample{cpu: readCPUTimes(), reads: reads, ok: ok}
+}
+
+// add counts what pages cost between from and to.
+func (c *pageCost) add(from, to costSample, pages int) {
+	c.CPU.Self += to.cpu.Self - from.cpu.Self
+	c.CPU.DB += to.cpu.DB - from.cpu.DB
+	c.Pages += pages
+	if from.ok && to.ok {
+		c.Reads += to.reads - from.reads
+		c.HaveReads = true
+	}
+}
+
+// ServerCPU is the database server's CPU per page, in µs (0: not seen).
+func (c pageCost) ServerCPU() float64 { return c.per(c.CPU.DB * 1e6) }
+
+// SelfCPU is this process's CPU per page, in µs.
+func (c pageCost) SelfCPU() float64 { return c.per(c.CPU.Self * 1e6) }
+
+// DiskReads is the engines' reads from disk per page.
+func (c pageCost) DiskReads() float64 { return c.per(float64(c.Reads)) }
+
+// CPUBound is the pages a second this machine's cores allow at the CPU a
+// page costs the server and this process together.
+func (c pageCost) CPUBound() float64 {
+	per := c.ServerCPU() + c.SelfCPU()
+	if per == 0 {
+		return 0
+	}
+	return float64(runtime.NumCPU()) * 1e6 / per
+}
+
+// columns renders the cost as three table cells; "—" where not seen.
+func (c pageCost) columns() string {
+	cells := []string{"—", fmt.Sprintf("%.0f", c.SelfCPU()), "—"}
+	if c.CPU.DB > 0 {
+		cells[0] = fmt.Sprintf("%.0f", c.ServerCPU())
+	}
+	if c.HaveReads {
+		cells[2] = fmt.Sprintf("%.2f", c.DiskReads())
+	}
+	return strings.Join(cells, " | ")
+}
+
+func (c pageCost) per(v float64) float64 {
+	if c.Pages == 0 {
+		return 0
+	}
+	return v / float64(c.Pages)
 }

@@ -61,6 +61,7 @@ type closedLoopResult struct {
 	Ops     int             // operations completed inside the measured window
 	Window  time.Duration   // the measured window
 	Latency []time.Duration // of those operations, ascending
+	All     int             // every operation the run completed, warm-up included: the divisor of counters sampled around it
 }
 
 // Rate is operations per second in the window.
@@ -76,6 +77,7 @@ func closedLoop(ctx context.Context, clients int, warmup, measure time.Duration,
 	from := time.Now().Add(warmup)
 	to := from.Add(measure)
 	lats := make([][]time.Duration, clients)
+	all := make([]int, clients)
 	var g group
 	for c := range clients {
 		op := newOp(c)
@@ -89,6 +91,7 @@ func closedLoop(ctx context.Context, clients int, warmup, measure time.Duration,
 					cancel()
 					return err
 				}
+				all[c]++
 				end := time.Now()
 				if !t.Before(from) && end.Before(to) {
 					lats[c] = append(lats[c], end.Sub(t))
@@ -102,6 +105,9 @@ func closedLoop(ctx context.Context, clients int, warmup, measure time.Duration,
 	}
 	res := closedLoopResult{Window: measure, Latency: slices.Concat(lats...)}
 	res.Ops = len(res.Latency)
+	for _, n := range all {
+		res.All += n
+	}
 	slices.Sort(res.Latency)
 	return res, nil
 }

@@ -153,6 +153,7 @@ func (b *bench) reads(ctx context.Context) error {
 		rSum       float64
 		pages      uint64
 		warmed     bool
+		cost       pageCost
 	}
 	accs := make([]acc, len(runs))
 	nSlices := max(1, b.opt.Slices)
@@ -170,7 +171,9 @@ func (b *bench) reads(ctx context.Context) error {
 			qSum0, qCount0 := b.stack.histogram("feed_read_queries")
 			pSum0, _ := b.stack.histogram("feed_read_pull_authors")
 			rSum0, _ := b.stack.histogram("feed_read_rows")
+			cost0 := b.costNow(ctx)
 			res, err := closedLoop(ctx, b.opt.Clients, warm, b.opt.Duration/time.Duration(nSlices), b.sessions(rs.users, rs.read, slice))
+			a.cost.add(cost0, b.costNow(ctx), res.All)
 			load.release() // the slice's sessions are over; the next ones reuse their connections
 			if err != nil {
 				return fmt.Errorf("C %s: %w", rs.name, err)
@@ -181,6 +184,7 @@ func (b *bench) reads(ctx context.Context) error {
 			a.res.Ops += res.Ops
 			a.res.Window += res.Window
 			a.res.Latency = append(a.res.Latency, res.Latency...)
+			a.res.All += res.All
 			a.qSum += qSum1 - qSum0
 			a.pSum += pSum1 - pSum0
 			a.rSum += rSum1 - rSum0
@@ -194,7 +198,7 @@ func (b *bench) reads(ctx context.Context) error {
 		}
 		a := accs[i]
 		slices.Sort(a.res.Latency)
-		rr := readResult{Key: rs.key, Name: rs.name, Diagnostic: rs.diagnostic, closedLoopResult: a.res, QueriesPerPage: rs.fixedQ}
+		rr := readResult{Key: rs.key, Name: rs.name, Diagnostic: rs.diagnostic, closedLoopResult: a.res, QueriesPerPage: rs.fixedQ, Cost: a.cost}
 		if a.pages > 0 {
 			rr.QueriesPerPage = a.qSum / float64(a.pages)
 			rr.PullAuthorsPerPage = a.pSum / float64(a.pages)
@@ -204,7 +208,7 @@ func (b *bench) reads(ctx context.Context) error {
 		b.rep.Reads = append(b.rep.Reads, rr)
 		b.log.Info("feedbench: C reads", "run", rs.key, "pages_per_second", int(a.res.Rate()),
 			"p50_ms", ms(percentile(a.res.Latency, 0.5)), "p99_ms", ms(percentile(a.res.Latency, 0.99)),
-			"queries_per_page", rr.QueriesPerPage)
+			"queries_per_page", rr.QueriesPerPage, "server_cpu_us_per_page", rr.Cost.ServerCPU(), "disk_reads_per_page", rr.Cost.DiskReads())
 	}
 	return nil
 }

@@ -129,6 +129,7 @@ type readResult struct {
 	PullAuthorsPerPage float64
 	RowsPerPage        float64 // feed_read_rows
 	FromMetrics        bool
+	Cost               pageCost
 }
 
 type footprintResult struct {
@@ -441,8 +442,13 @@ func (r *report) renderReads(p func(string, ...any)) {
 	p("page of 20 examining about 200 feed items (read in chunks sized by the matches seen). A fourth class of readers, loaded")
 	p("as the inbox-only one, mutes %d authors it does not follow.", mutedAuthors)
 	p("")
-	p("| reader | pages/s | p50 | p99 | queries/page | pull authors/page |")
-	p("|---|---:|---:|---:|---:|---:|")
+	p("The last three columns are what a page cost, over every page of the row's runs (warm-ups included):")
+	p("the CPU time of the database server and of this process (readers, and the service for its rows),")
+	p("and the pages and blocks the server's engines read from disk (InnoDB's buffer pool misses, MyRocks's")
+	p("block cache misses).")
+	p("")
+	p("| reader | pages/s | p50 | p99 | queries/page | pull authors/page | server CPU µs/page | bench CPU µs/page | disk reads/page |")
+	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, rr := range r.Reads {
 		pulls := "—"
 		if rr.FromMetrics {
@@ -452,8 +458,8 @@ func (r *report) renderReads(p func(string, ...any)) {
 		if !rr.Diagnostic && rr.Key != readRaw {
 			name = "**" + name + "**"
 		}
-		p("| %s | %s | %s | %s | %.2f | %s |", name, count(int(rr.Rate())),
-			msStr(percentile(rr.Latency, 0.5)), msStr(percentile(rr.Latency, 0.99)), rr.QueriesPerPage, pulls)
+		p("| %s | %s | %s | %s | %.2f | %s | %s |", name, count(int(rr.Rate())),
+			msStr(percentile(rr.Latency, 0.5)), msStr(percentile(rr.Latency, 0.99)), rr.QueriesPerPage, pulls, rr.Cost.columns())
 	}
 	p("")
 	p("| ratio | value | target | verdict |")

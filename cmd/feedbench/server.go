@@ -172,3 +172,29 @@ func (b *bench) settleCompactions(ctx context.Context) error {
 		}
 	}
 }
+
+// diskReadsSQL reads the counters of what the inbox's engines read from
+// disk: InnoDB's buffer pool misses and MyRocks's block cache misses (with
+// direct I/O, as make bench-disk runs, each is a read of the disk).
+const diskReadsSQL = `SHOW GLOBAL STATUS WHERE Variable_name IN
+ ('Innodb_buffer_pool_reads', 'Rocksdb_block_cache_data_miss', 'Rocksdb_block_cache_index_miss', 'Rocksdb_block_cache_filter_miss')`
+
+// engineDiskReads returns the server's engine reads from disk so far; ok is
+// false where the server does not report them (TiDB).
+func engineDiskReads(ctx context.Context, db *sqlx.DB) (n int64, ok bool) {
+	rows, err := db.QueryContext(ctx, diskReadsSQL)
+	if err != nil {
+		return 0, false
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		var v int64
+		if err := rows.Scan(&name, &v); err != nil {
+			return 0, false
+		}
+		n += v
+		ok = true
+	}
+	return n, ok && rows.Err() == nil
+}
