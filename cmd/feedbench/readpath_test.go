@@ -84,7 +84,7 @@ func BenchmarkFeedPage(b *testing.B) {
 	}
 	for _, p := range pagers {
 		b.Run(p.name, func(b *testing.B) {
-			clients := bn.sessions(bn.data.users, p.read, 0)
+			clients := bn.sessions(bn.data.users, p.read, 0, 0)
 			var next atomic.Int32
 			b.ReportAllocs()
 			cpu0 := processCPU(b)

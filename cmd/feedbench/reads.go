@@ -36,11 +36,13 @@ type session struct {
 // more=false ends the session early (the feed ended).
 type pager func(ctx context.Context, s *session) (more bool, err error)
 
-// sessions turns a pager into a closed-loop operation over random users;
-// each slice of a run draws its own users.
-func (b *bench) sessions(users []uint64, read pager, slice int) func(client int) func(context.Context) error {
+// sessions turns a pager into a closed-loop operation over random users.
+// Each run (and each slice of it) draws its own users: runs that took turns
+// over the same users would find in memory what the run before them read
+// from disk, and the first would pay every disk read.
+func (b *bench) sessions(users []uint64, read pager, run, slice int) func(client int) func(context.Context) error {
 	return func(client int) func(context.Context) error {
-		rng := rand.New(rand.NewPCG(b.opt.Seed, uint64(slice)<<32|uint64(client)))
+		rng := rand.New(rand.NewPCG(b.opt.Seed, uint64(slice)<<32|uint64(run)<<16|uint64(client)))
 		s := &session{}
 		return func(ctx context.Context) error {
 			if s.page == 0 {
@@ -172,7 +174,7 @@ func (b *bench) reads(ctx context.Context) error {
 			pSum0, _ := b.stack.histogram("feed_read_pull_authors")
 			rSum0, _ := b.stack.histogram("feed_read_rows")
 			cost0 := b.costNow(ctx)
-			res, err := closedLoop(ctx, b.opt.Clients, warm, b.opt.Duration/time.Duration(nSlices), b.sessions(rs.users, rs.read, slice))
+			res, err := closedLoop(ctx, b.opt.Clients, warm, b.opt.Duration/time.Duration(nSlices), b.sessions(rs.users, rs.read, i, slice))
 			a.cost.add(cost0, b.costNow(ctx), res.All)
 			load.release() // the slice's sessions are over; the next ones reuse their connections
 			if err != nil {
