@@ -108,6 +108,12 @@ func eachProcess(fn func(pid, comm string, ticks int64)) bool {
 // seen, and DB is then 0).
 type cpuTimes struct{ Self, DB float64 }
 
+// addSpan adds the CPU used between the samples from and to.
+func (c *cpuTimes) addSpan(from, to cpuTimes) {
+	c.Self += to.Self - from.Self
+	c.DB += to.DB - from.DB
+}
+
 func readCPUTimes() cpuTimes {
 	var c cpuTimes
 	self := strconv.Itoa(os.Getpid())
@@ -160,8 +166,7 @@ func (b *bench) costNow(ctx context.Context) costSample {
 
 // add counts what pages cost between from and to.
 func (c *pageCost) add(from, to costSample, pages int) {
-	c.CPU.Self += to.cpu.Self - from.cpu.Self
-	c.CPU.DB += to.cpu.DB - from.cpu.DB
+	c.CPU.addSpan(from.cpu, to.cpu)
 	c.Pages += pages
 	if from.ok && to.ok {
 		c.Reads += to.reads - from.reads

@@ -186,7 +186,6 @@ func (b *bench) reads(ctx context.Context) error {
 			a.res.Ops += res.Ops
 			a.res.Window += res.Window
 			a.res.Latency = append(a.res.Latency, res.Latency...)
-			a.res.All += res.All
 			a.qSum += qSum1 - qSum0
 			a.pSum += pSum1 - pSum0
 			a.rSum += rSum1 - rSum0

@@ -74,11 +74,7 @@ type writerStats struct {
 func (w writerStats) Rate() float64 { return rate(w.Rows, w.Time) }
 
 // addCPU adds the CPU used since from to the writer's.
-func (w *writerStats) addCPU(from cpuTimes) {
-	now := readCPUTimes()
-	w.CPU.Self += now.Self - from.Self
-	w.CPU.DB += now.DB - from.DB
-}
+func (w *writerStats) addCPU(from cpuTimes) { w.CPU.addSpan(from, readCPUTimes()) }
 
 // cpuPer100k is the CPU seconds a writer used per 100,000 rows: the
 // database server's and this process's (service, workers and clients).
