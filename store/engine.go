@@ -67,7 +67,7 @@ var familyOptions = []familyOption{
 	{"PREFIX_EXTRACTOR", "rocksdb.CappedPrefix.12", "prefix_extractor=capped:12"},
 	{"TABLE_FACTORY::FILTER_POLICY", "rocksdb.BuiltinBloomFilter", "filter_policy=bloomfilter:10:false"},
 	{"TABLE_FACTORY::CACHE_INDEX_AND_FILTER_BLOCKS", "0", "cache_index_and_filter_blocks=0"},
-	{"COMPRESSION_TYPE", "kLZ4Compression", "compression=kLZ4Compression"},
+	{"COMPRESSION_TYPE", "kZSTD", "compression=kZSTD"},
 	{"BOTTOMMOST_COMPRESSION", "kZSTD", "bottommost_compression=kZSTD"},
 }
 
@@ -158,19 +158,23 @@ func checkEngine(ctx context.Context, db *sqlx.DB, e Engine) error {
 	if err := rows.Err(); err != nil {
 		return classify(err)
 	}
-	var settings string
+	settings := map[string]bool{}
 	if have == nil {
 		// The family is made with the table: read the settings it will
-		// be made with.
-		err := db.QueryRowContext(ctx, `SELECT CONCAT(@@rocksdb_default_cf_options, ';', @@rocksdb_override_cf_options)`).Scan(&settings)
+		// be made with, each name=value of the option strings, nested
+		// ones included.
+		var all string
+		err := db.QueryRowContext(ctx, `SELECT CONCAT(@@rocksdb_default_cf_options, ';', @@rocksdb_override_cf_options)`).Scan(&all)
 		if err != nil {
 			return classify(err)
 		}
-		settings = strings.ReplaceAll(settings, " ", "")
+		for _, f := range strings.FieldsFunc(strings.ReplaceAll(all, " ", ""), func(r rune) bool { return r == ';' || r == '{' || r == '}' }) {
+			settings[f] = true
+		}
 	}
 	var missing []string
 	for _, o := range familyOptions {
-		if have != nil && have[o.name] != o.want || have == nil && !strings.Contains(settings, o.setting) {
+		if have != nil && have[o.name] != o.want || have == nil && !settings[o.setting] {
 			missing = append(missing, o.setting)
 		}
 	}

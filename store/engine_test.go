@@ -187,6 +187,10 @@ func TestInboxEngineRefused(t *testing.T) {
 		{"no MyRocks", nil, "no ROCKSDB engine"},
 		{"no binary log", []string{"--plugin-load-add=ha_rocksdb.so"}, "binary log"},
 		{"no column family options", []string{"--plugin-load-add=ha_rocksdb.so", "--log-bin=binlog", "--binlog-format=ROW"}, "prefix_extractor=capped:12"},
+		// bottommost_compression=kZSTD holds compression=kZSTD as a substring.
+		{"ZSTD in the last level only", []string{"--plugin-load-add=ha_rocksdb.so", "--log-bin=binlog", "--binlog-format=ROW",
+			"--rocksdb-override-cf-options=" + store.InboxFamily + "={bottommost_compression=kZSTD;prefix_extractor=capped:12;block_based_table_factory={cache_index_and_filter_blocks=0;filter_policy=bloomfilter:10:false}}"},
+			"lacks compression=kZSTD:"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
