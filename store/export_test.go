@@ -64,6 +64,15 @@ func WriteEpoch(ctx context.Context, sh *Shard) (int64, error) {
 	return e, err
 }
 
+// InTx runs fn as a store method runs its transaction on sh, with its
+// retries and its error as the method returns it.
+func InTx(ctx context.Context, sh *Shard, fn func(tx *sqlx.Tx) error) error {
+	return wrap("test", inTx(ctx, sh.DB, fn))
+}
+
+// TxAttempts is how many times InTx runs a conflicting transaction.
+const TxAttempts = txAttempts
+
 // NewestTime is newestTime over bare times.
 func NewestTime(times []int64, i int) int64 {
 	heads := make([]sourceHead, len(times))

@@ -1,11 +1,13 @@
 package store_test
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -187,6 +189,30 @@ func TestUnfollow(t *testing.T) {
 			t.Errorf("unfollowing a stranger queued %d events", n)
 		}
 	})
+}
+
+// TestUnfollowLocksItsUserOnly holds a lock on a following row of the next
+// user, as a fan-out or a backfill settling that row does: an unfollow,
+// whose recount of pull bits looks at the user's rows only, goes through
+// without waiting for it (a locking range read that stepped onto the next
+// user's row would wait, and deadlock with writers of that row).
+func TestUnfollowLocksItsUserOnly(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1)
+	sh := st.Shards()[0]
+	user, next := uint64(5000), uint64(5001)
+	followMany(t, st, 2, []uint64{user, next})
+	followMany(t, st, 3, []uint64{user})
+
+	tx, err := sh.DB.BeginTxx(t.Context(), nil)
+	must(t, err)
+	defer tx.Rollback()
+	var locked []uint64
+	must(t, tx.SelectContext(t.Context(), &locked, "SELECT user_id FROM following WHERE author_id = 2 AND user_id = ? FOR UPDATE", next))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	must(t, st.Unfollow(ctx, user, 3, t0))
 }
 
 func TestListFollows(t *testing.T) {

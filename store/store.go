@@ -9,6 +9,7 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -198,10 +199,13 @@ func affected(r sql.Result, err error) (bool, error) {
 	return n > 0, err
 }
 
-// inTx runs fn in a READ COMMITTED transaction on db, retrying deadlocks,
-// lock wait timeouts and snapshot conflicts a few times: the server
-// resolves them by rolling one side back, and every write here is safe to
-// replay.
+// inTx runs fn in a READ COMMITTED transaction on db, again after a
+// deadlock, a lock wait timeout or a snapshot conflict: the server resolves
+// them by rolling one side back, and every write here is safe to replay.
+// The tries back off exponentially with jitter, so that writers meeting on
+// a hot row (a user's header under fan-out, or every write slowed by a
+// reshard's triggers) spread out instead of meeting again; a conflict that
+// outlasts txAttempts reaches the caller as EUNAVAILABLE (classify).
 //
 // Correctness rests on the rows a transaction locks (FOR UPDATE, or by
 // writing them), never on a snapshot or a gap lock, so every transaction
@@ -211,22 +215,38 @@ func affected(r sql.Result, err error) (bool, error) {
 // and takes no gap locks) and on TiDB (whose REPEATABLE READ reads the
 // transaction's start): an unfollow's purge must see the entries a fan-out
 // committed a moment ago, and a follow's count the edge another follow
-// just added. It also keeps InnoDB from locking gaps and the entry past a
-// range's end, so fan-out batches over adjacent ranges run side by side.
+// just added. It also keeps InnoDB from locking gaps, so inserts beside a
+// fan-out batch's range go on; a locking range read still waits for the
+// first entry past its end (and lets it go at once), which is why a read
+// of one user's rows looks them up by equality where it can (pullRowSQL).
 func inTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
-	const attempts = 4
 	var err error
-	for i := range attempts {
-		if err = runTx(ctx, db, fn); err == nil || !Retryable(err) {
+	for i := range txAttempts {
+		if err = runTx(ctx, db, fn); err == nil || !Retryable(err) || i == txAttempts-1 {
 			break
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Duration(i+1) * 5 * time.Millisecond):
+		case <-time.After(txBackoff(i)):
 		}
 	}
 	return err
+}
+
+// txAttempts and txBackoff bound inTx's tries: at most about half a second
+// of waits in all, well inside a request's write deadline.
+const (
+	txAttempts   = 8
+	txBackoffMin = 5 * time.Millisecond
+	txBackoffMax = 200 * time.Millisecond
+)
+
+// txBackoff is the wait after the i-th failed try (from 0): doubling from
+// txBackoffMin up to txBackoffMax, drawn from its upper half.
+func txBackoff(i int) time.Duration {
+	d := min(txBackoffMin<<i, txBackoffMax)
+	return d/2 + rand.N(d/2+1)
 }
 
 var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
@@ -242,6 +262,10 @@ func runTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 	}
 	return classify(tx.Commit())
 }
+
+// errConflicts is a transaction's end when the server kept rolling it back
+// for other writers' locks: contention, not a fault, and the retry is safe.
+var errConflicts = feed.Errorf(feed.EUNAVAILABLE, "the database is busy with conflicting writes; retry")
 
 // MySQL error numbers the store acts on.
 const (
@@ -284,8 +308,9 @@ func Retryable(err error) bool {
 	return false
 }
 
-// classify turns connection failures into EUNAVAILABLE so clients get a 503
-// they can retry instead of a 500; other errors pass through unchanged.
+// classify turns connection failures, and conflicts that outlasted inTx's
+// tries, into EUNAVAILABLE so clients get a 503 they can retry instead of a
+// 500; other errors pass through unchanged.
 func classify(err error) error {
 	if err == nil {
 		return nil
@@ -293,6 +318,9 @@ func classify(err error) error {
 	var ne net.Error
 	if fenced(err) {
 		return errors.Join(errFenced, err)
+	}
+	if Retryable(err) {
+		return errors.Join(errConflicts, err)
 	}
 	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
 		errors.Is(err, sql.ErrConnDone) || errors.As(err, &ne) {

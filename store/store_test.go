@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -175,6 +176,36 @@ func TestBacklog(t *testing.T) {
 	plan(t, st, a0, t0, store.PlanOptions{TaskSize: 2})
 	if b := backlog(); b.Deliveries != 0 || b.Tasks != 0 {
 		t.Errorf("after delivering: %+v", b)
+	}
+}
+
+// TestConflictRetries runs a transaction that the server rolls back for a
+// deadlock: it runs again, and a conflict that outlasts the tries is a 503
+// the client may retry, never a 500.
+func TestConflictRetries(t *testing.T) {
+	t.Parallel()
+	sh := newStore(t, 1).Shards()[0]
+	deadlock := &mysql.MySQLError{Number: 1213, Message: "Deadlock found when trying to get lock; try restarting transaction"}
+	conflicts := func(times int, ran *int) func(tx *sqlx.Tx) error {
+		return func(tx *sqlx.Tx) error {
+			*ran++
+			if _, err := tx.ExecContext(t.Context(), "UPDATE health SET probed_at = probed_at WHERE id = 0"); err != nil {
+				return err
+			}
+			if *ran <= times {
+				return deadlock
+			}
+			return nil
+		}
+	}
+	var ran int
+	if err := store.InTx(t.Context(), sh, conflicts(3, &ran)); err != nil || ran != 4 {
+		t.Fatalf("three conflicts: ran %d times, %v; want 4 and success", ran, err)
+	}
+	ran = 0
+	err := store.InTx(t.Context(), sh, conflicts(store.TxAttempts, &ran))
+	if ran != store.TxAttempts || feed.ErrorCode(err) != feed.EUNAVAILABLE || !store.Retryable(err) {
+		t.Fatalf("endless conflicts: ran %d times, %v (%s); want %d and unavailable", ran, err, feed.ErrorCode(err), store.TxAttempts)
 	}
 }
 
