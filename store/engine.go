@@ -161,14 +161,15 @@ func checkEngine(ctx context.Context, db *sqlx.DB, e Engine) error {
 	settings := map[string]bool{}
 	if have == nil {
 		// The family is made with the table: read the settings it will
-		// be made with, each name=value of the option strings, nested
-		// ones included.
-		var all string
-		err := db.QueryRowContext(ctx, `SELECT CONCAT(@@rocksdb_default_cf_options, ';', @@rocksdb_override_cf_options)`).Scan(&all)
+		// be made with, each name=value of the default options and of the
+		// family's own override, nested ones included.
+		var defaults, overrides string
+		err := db.QueryRowContext(ctx, `SELECT @@rocksdb_default_cf_options, @@rocksdb_override_cf_options`).Scan(&defaults, &overrides)
 		if err != nil {
 			return classify(err)
 		}
-		for _, f := range strings.FieldsFunc(strings.ReplaceAll(all, " ", ""), func(r rune) bool { return r == ';' || r == '{' || r == '}' }) {
+		all := defaults + ";" + familyOverride(strings.ReplaceAll(overrides, " ", ""), InboxFamily)
+		for _, f := range strings.FieldsFunc(all, func(r rune) bool { return r == ';' || r == '{' || r == '}' }) {
 			settings[f] = true
 		}
 	}
@@ -182,6 +183,26 @@ func checkEngine(ctx context.Context, db *sqlx.DB, e Engine) error {
 		return feed.Errorf(feed.EINVALID, "FEED_INBOX_ENGINE=rocksdb: column family %s lacks %s: %s", InboxFamily, strings.Join(missing, ", "), engineAdvice)
 	}
 	return nil
+}
+
+// familyOverride returns the options of family in rocksdb_override_cf_options
+// ("a={…};b={…}"), without their braces: "" when it has none.
+func familyOverride(overrides, family string) string {
+	depth, start := 0, 0
+	for i := 0; i <= len(overrides); i++ {
+		switch {
+		case i < len(overrides) && overrides[i] == '{':
+			depth++
+		case i < len(overrides) && overrides[i] == '}':
+			depth--
+		case depth == 0 && (i == len(overrides) || overrides[i] == ';'):
+			if name, opts, ok := strings.Cut(overrides[start:i], "="); ok && name == family {
+				return strings.TrimSuffix(strings.TrimPrefix(opts, "{"), "}")
+			}
+			start = i + 1
+		}
+	}
+	return ""
 }
 
 // mismatch is the refusal to serve, or to convert at start, an inbox in

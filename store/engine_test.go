@@ -191,6 +191,9 @@ func TestInboxEngineRefused(t *testing.T) {
 		{"ZSTD in the last level only", []string{"--plugin-load-add=ha_rocksdb.so", "--log-bin=binlog", "--binlog-format=ROW",
 			"--rocksdb-override-cf-options=" + store.InboxFamily + "={bottommost_compression=kZSTD;prefix_extractor=capped:12;block_based_table_factory={cache_index_and_filter_blocks=0;filter_policy=bloomfilter:10:false}}"},
 			"lacks compression=kZSTD:"},
+		{"the options on another family", []string{"--plugin-load-add=ha_rocksdb.so", "--log-bin=binlog", "--binlog-format=ROW",
+			"--rocksdb-override-cf-options=other={compression=kZSTD;bottommost_compression=kZSTD;prefix_extractor=capped:12;block_based_table_factory={cache_index_and_filter_blocks=0;filter_policy=bloomfilter:10:false}}"},
+			"prefix_extractor=capped:12"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -310,22 +311,11 @@ func snapshotFanout(t *testing.T, db *sql.DB, contentID uint64) fanoutSnapshot {
 	// the inbox in RocksDB and the progress in InnoDB, a plain transaction
 	// takes each engine's snapshot at its first read there, so that commit
 	// could land between them; WITH CONSISTENT SNAPSHOT takes both at once.
-	conn, err := db.Conn(ctx)
+	conn, err := store.OpenConsistentRead(ctx, sqlx.NewDb(db, "mysql"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		// A connection whose transaction did not end is dropped, not pooled.
-		if _, err := conn.ExecContext(ctx, "ROLLBACK"); err != nil {
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-		conn.Close()
-	}()
-	for _, q := range []string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
+	defer conn.Close(ctx)
 	var s fanoutSnapshot
 	var doneDelivered int64
 	if err := conn.QueryRowContext(ctx, `SELECT state, delivered FROM deliveries WHERE content_id = ?`, contentID).Scan(&s.State, &doneDelivered); err != nil {

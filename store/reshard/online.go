@@ -2,7 +2,6 @@ package reshard
 
 import (
 	"context"
-	"database/sql/driver"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -281,11 +280,11 @@ func (r *Reshard) drain(ctx context.Context, name string, tables map[string]tabl
 // both or in neither, so an entry is never applied before its row shows
 // (docs/SHARDING.md, "Capturing writes").
 func (r *Reshard) drainPass(ctx context.Context, name string, tables map[string]table, out *drained) ([]change, error) {
-	snap, err := openSnapshot(ctx, r.dbs[name])
+	snap, err := store.OpenConsistentRead(ctx, r.dbs[name])
 	if err != nil {
 		return nil, err
 	}
-	defer snap.close(ctx)
+	defer snap.Close(ctx)
 	var batch []change
 	rows, err := snap.QueryxContext(ctx, changesSQL, max(r.opt.BatchSize, changesBatch))
 	if err != nil {
@@ -338,39 +337,6 @@ func (r *Reshard) drainPass(ctx context.Context, name string, tables map[string]
 		out.applied += n
 	}
 	return batch, nil
-}
-
-// snapshot is a read-only transaction on one connection, started WITH
-// CONSISTENT SNAPSHOT: MariaDB takes it in every engine at once, between
-// commits, so a transaction that wrote RocksDB and InnoDB tables shows in
-// both or in neither. (A statement reads each engine as of its own first
-// read, and a transaction lets each engine's writes show as that engine
-// commits.)
-type snapshot struct{ *sqlx.Conn }
-
-func openSnapshot(ctx context.Context, db *sqlx.DB) (*snapshot, error) {
-	conn, err := db.Connx(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// The level of the next transaction only: InnoDB takes no snapshot
-	// at its start under READ COMMITTED.
-	for _, q := range []string{"SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", "START TRANSACTION WITH CONSISTENT SNAPSHOT"} {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			conn.Close()
-			return nil, err
-		}
-	}
-	return &snapshot{conn}, nil
-}
-
-// close ends the transaction and gives the connection back, or drops it if
-// the transaction could not be ended.
-func (s *snapshot) close(ctx context.Context) {
-	if _, err := s.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
-		_ = s.Raw(func(any) error { return driver.ErrBadConn })
-	}
-	s.Conn.Close()
 }
 
 // resync makes the rows of t with the given primary keys (JSON arrays) on

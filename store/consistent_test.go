@@ -1,4 +1,4 @@
-package reshard
+package store_test
 
 import (
 	"context"
@@ -11,12 +11,14 @@ import (
 	"github.com/feedhq/feed/store/storetest"
 )
 
-// TestSnapshotSeesBothEngines checks what drainPass rests on: writers
-// update a table in the inbox's engine and then an InnoDB one in each
-// transaction, as a header-first transaction writes the inbox and its
-// trigger logs the change (so InnoDB commits first), and a snapshot sees
-// every one of them in both tables or in neither.
+// TestSnapshotSeesBothEngines checks what a ConsistentRead promises and a
+// reshard's catch-up rests on: writers update a table in the inbox's
+// engine and then an InnoDB one in each transaction, as a header-first
+// transaction writes the inbox and its trigger logs the change (so InnoDB
+// commits first), and a snapshot sees every one of them in both tables or
+// in neither.
 func TestSnapshotSeesBothEngines(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	db, err := sqlx.Open("mysql", storetest.DatabaseDSN(t))
 	if err != nil {
@@ -60,7 +62,7 @@ func TestSnapshotSeesBothEngines(t *testing.T) {
 	}
 	defer func() { stop(); wg.Wait() }()
 	for i := range 5000 {
-		snap, err := openSnapshot(ctx, db)
+		snap, err := store.OpenConsistentRead(ctx, db)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +71,7 @@ func TestSnapshotSeesBothEngines(t *testing.T) {
 		if err == nil {
 			err = snap.GetContext(ctx, &a, "SELECT v FROM first WHERE id = 1")
 		}
-		snap.close(ctx)
+		snap.Close(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
