@@ -99,6 +99,9 @@ var (
 		"Times a statement waited for a free connection of a database's pool of a class.", []string{"database", "class"}, nil)
 	poolWaitSecondsDesc = prometheus.NewDesc("feed_db_wait_seconds_total",
 		"Time statements spent waiting for a free connection of a database's pool of a class.", []string{"database", "class"}, nil)
+	conflictsDesc = prometheus.NewDesc("feed_db_conflicts_total",
+		"Transactions a database rolled back for a conflict with other writers (a deadlock, a lock wait timeout, a snapshot conflict), by outcome: retried (run again) or gave_up (after 8 tries: the request got 503, a worker runs its step again later).",
+		[]string{"database", "outcome"}, nil)
 	reshardPhaseDesc = prometheus.NewDesc("feed_reshard_phase",
 		"1 for the phase of a reshard on the database giving virtual shards up (copy, catch-up, verify, cut-over), as the last probe read it.",
 		[]string{"database", "phase"}, nil)
@@ -108,8 +111,8 @@ var (
 		"Writes a reshard captured on the database and has not applied yet (at most).", []string{"database"}, nil)
 )
 
-// poolCollector reads the pools' statistics, and the reshard state the
-// probes read, when scraped.
+// poolCollector reads the pools' statistics, the conflict counts, and the
+// reshard state the probes read, when scraped.
 type poolCollector struct{ st *store.Store }
 
 func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -117,6 +120,7 @@ func (c poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- poolMaxDesc
 	ch <- poolWaitsDesc
 	ch <- poolWaitSecondsDesc
+	ch <- conflictsDesc
 	ch <- reshardPhaseDesc
 	ch <- reshardCopiedDesc
 	ch <- reshardBacklogDesc
@@ -132,6 +136,9 @@ func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(poolWaitsDesc, prometheus.CounterValue, float64(s.WaitCount), db, cl)
 			ch <- prometheus.MustNewConstMetric(poolWaitSecondsDesc, prometheus.CounterValue, s.WaitDuration.Seconds(), db, cl)
 		}
+		retried, gaveUp := sh.Conflicts()
+		ch <- prometheus.MustNewConstMetric(conflictsDesc, prometheus.CounterValue, float64(retried), sh.Name, "retried")
+		ch <- prometheus.MustNewConstMetric(conflictsDesc, prometheus.CounterValue, float64(gaveUp), sh.Name, "gave_up")
 		r := sh.Reshard()
 		if r.Phase != "" {
 			ch <- prometheus.MustNewConstMetric(reshardPhaseDesc, prometheus.GaugeValue, 1, sh.Name, r.Phase)

@@ -55,7 +55,7 @@ type claimRow[T any] interface {
 // up keeps its copies of their rows until cleanup.
 func claim[T any, PT claimRow[T]](ctx context.Context, s *Store, sh *Shard, t claimTable, now, leaseUntil int64, limit int, token uint64) ([]T, error) {
 	var got []T
-	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
+	err := sh.inTx(ctx, func(tx *sqlx.Tx) error {
 		got = got[:0]
 		q := "SELECT " + t.cols + " FROM " + t.table + " WHERE " + t.ready +
 			" AND claimed_until < ? ORDER BY claimed_until LIMIT ? FOR UPDATE SKIP LOCKED"

@@ -99,7 +99,7 @@ const taskInsertChunk = 500
 func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptions) (PlanResult, error) {
 	ctx = s.pin(ctx)
 	var res PlanResult
-	err := inTx(ctx, s.ShardOf(job.AuthorID).pool(ctx), func(tx *sqlx.Tx) error {
+	err := s.ShardOf(job.AuthorID).inTx(ctx, func(tx *sqlx.Tx) error {
 		res = PlanResult{}
 		// Read before any follower is placed: a layout that changes while
 		// the plan runs leaves the tasks an older epoch than their targets'
@@ -391,7 +391,7 @@ func (s *Store) RunNextTask(ctx context.Context, sh *Shard, now int64, token uin
 	ctx = s.pin(ctx)
 	var t *Task
 	var res BatchResult
-	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
+	err := sh.inTx(ctx, func(tx *sqlx.Tx) error {
 		var ready []Task
 		t, res = nil, BatchResult{}
 		args := []any{now}
@@ -443,7 +443,7 @@ func (s *Store) RunTaskBatch(ctx context.Context, t *Task, opt BatchOptions) (Ba
 	ctx = s.pin(ctx)
 	var res BatchResult
 	home := s.ShardOf(t.AuthorID)
-	err := inTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
+	err := home.inTx(ctx, func(tx *sqlx.Tx) error {
 		var seq int
 		err := tx.GetContext(ctx, &seq, lockClaimedTaskSQL, t.ContentID, t.Seq, t.Token, t.Retract)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -575,7 +575,7 @@ func (s *Store) onTarget(ctx context.Context, target *Shard, opt BatchOptions, f
 		defer cancel()
 	}
 	var n int64
-	err := inTx(ctx, target.pool(ctx), func(tx *sqlx.Tx) error {
+	err := target.inTx(ctx, func(tx *sqlx.Tx) error {
 		if err := openWithInnoDB(ctx, tx); err != nil {
 			return err
 		}

@@ -375,7 +375,7 @@ func convertInbox(ctx context.Context, sh *Shard, e Engine, log *slog.Logger, pr
 	var copied int64
 	for first := true; ; first = false {
 		var chunk []inboxRecord
-		err := inTx(ctx, sh.DB, func(tx *sqlx.Tx) error {
+		err := sh.inTx(ctx, func(tx *sqlx.Tx) error {
 			chunk = chunk[:0]
 			from := last
 			if first {

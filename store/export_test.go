@@ -60,14 +60,14 @@ func (s *Store) PinEpoch(ctx context.Context) context.Context { return s.pin(ctx
 // the layout fence's triggers compare.
 func WriteEpoch(ctx context.Context, sh *Shard) (int64, error) {
 	var e int64
-	err := inTx(ctx, sh.DB, func(tx *sqlx.Tx) error { return tx.GetContext(ctx, &e, "SELECT @feed_epoch") })
+	err := sh.inTx(ctx, func(tx *sqlx.Tx) error { return tx.GetContext(ctx, &e, "SELECT @feed_epoch") })
 	return e, err
 }
 
 // InTx runs fn as a store method runs its transaction on sh, with its
 // retries and its error as the method returns it.
 func InTx(ctx context.Context, sh *Shard, fn func(tx *sqlx.Tx) error) error {
-	return wrap("test", inTx(ctx, sh.DB, fn))
+	return wrap("test", sh.inTx(ctx, fn))
 }
 
 // TxAttempts is how many times InTx runs a conflicting transaction.

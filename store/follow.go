@@ -68,7 +68,7 @@ ON DUPLICATE KEY UPDATE version = version + 1`
 // Returns ELIMIT when the user already follows maxFollowing authors.
 func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowing int, now int64) (created bool, err error) {
 	ctx = s.pin(ctx)
-	err = inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
+	err = s.ShardOf(userID).inTx(ctx, func(tx *sqlx.Tx) error {
 		created = false
 		// Lock the user's header row: concurrent follows of one user queue
 		// here, so the cap holds.
@@ -117,7 +117,7 @@ func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowin
 // author not followed does nothing.
 func (s *Store) Unfollow(ctx context.Context, userID, authorID uint64, now int64) error {
 	ctx = s.pin(ctx)
-	err := inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
+	err := s.ShardOf(userID).inTx(ctx, func(tx *sqlx.Tx) error {
 		// The header row is the user's lock (pull bits change here).
 		var locked []uint64
 		if err := tx.SelectContext(ctx, &locked, lockHeaderSQL, userID); err != nil {
@@ -266,7 +266,7 @@ const startSwitchSQL = `UPDATE authors SET mode = 1, switch_after = 0, claim_tok
 // so a follower added while switching is never missed.
 func (s *Store) AddFollower(ctx context.Context, f feed.Follow, pushThreshold int64) (mode int, err error) {
 	ctx = s.pin(ctx)
-	err = inTx(ctx, s.ShardOf(f.AuthorID).pool(ctx), func(tx *sqlx.Tx) error {
+	err = s.ShardOf(f.AuthorID).inTx(ctx, func(tx *sqlx.Tx) error {
 		r, err := tx.ExecContext(ctx, insertFollowerSQL, f.AuthorID, f.UserID, f.FollowedAt)
 		if err != nil {
 			return err
@@ -298,7 +298,7 @@ func (s *Store) AddFollower(ctx context.Context, f feed.Follow, pushThreshold in
 // RemoveFollower drops the edge from the author's shard and the count.
 func (s *Store) RemoveFollower(ctx context.Context, authorID, userID uint64) error {
 	ctx = s.pin(ctx)
-	err := inTx(ctx, s.ShardOf(authorID).pool(ctx), func(tx *sqlx.Tx) error {
+	err := s.ShardOf(authorID).inTx(ctx, func(tx *sqlx.Tx) error {
 		if deleted, err := affected(tx.ExecContext(ctx, deleteFollowerSQL, authorID, userID)); err != nil || !deleted {
 			return err
 		}

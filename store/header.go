@@ -98,7 +98,7 @@ const (
 func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
 	// Its own transaction, for inTx's retries: on MyRocks, an upsert of
 	// many headers meets a concurrent locker's snapshot conflict.
-	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
+	err := sh.inTx(ctx, func(tx *sqlx.Tx) error {
 		_, err := InsertRows(ctx, tx, markPullsHead, 6, markPullsTail, len(users), func(i int) []any {
 			return headerRow(users[i], 1)
 		})

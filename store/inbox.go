@@ -269,7 +269,7 @@ func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int
 			continue
 		}
 		var n int64
-		err = inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
+		err = sh.inTx(ctx, func(tx *sqlx.Tx) error {
 			n, err = cutInboxes(ctx, tx, cuts)
 			return err
 		})
@@ -314,7 +314,7 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 		setBits = PullBelowActive
 	}
 	var copied []feed.Post
-	err = inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
+	err = s.ShardOf(userID).inTx(ctx, func(tx *sqlx.Tx) error {
 		res, copied = BackfillResult{}, posts
 		// The copied rows and the floor show before the follow's pending
 		// bit clears, which reads take for the inbox being complete.
@@ -382,7 +382,7 @@ func (s *Store) RemoveFromInbox(ctx context.Context, userID uint64, posts []feed
 	if len(posts) == 0 {
 		return nil
 	}
-	err := inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
+	err := s.ShardOf(userID).inTx(ctx, func(tx *sqlx.Tx) error {
 		for _, p := range posts {
 			if _, err := tx.ExecContext(ctx, deleteInboxEntrySQL, userID, p.PublishTime, p.ContentID); err != nil {
 				return err

@@ -46,7 +46,7 @@ type markerRow struct {
 func (s *Store) AdvanceMarker(ctx context.Context, userID uint64, k feed.Key, now int64) (Marker, error) {
 	ctx = s.pin(ctx)
 	var m Marker
-	err := inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
+	err := s.ShardOf(userID).inTx(ctx, func(tx *sqlx.Tx) error {
 		if _, err := tx.ExecContext(ctx, advanceMarkerSQL, userID, k.PublishTime, k.ContentID, now); err != nil {
 			return err
 		}

@@ -55,7 +55,7 @@ const unmuteEdgeSQL = `UPDATE following SET muted = 0, pull = pull | ? WHERE use
 // authors.
 func (s *Store) SetFilter(ctx context.Context, f Filter, userID, authorID uint64, on bool, maxMuted int, now int64) (backfill bool, err error) {
 	ctx = s.pin(ctx)
-	err = inTx(ctx, s.ShardOf(userID).pool(ctx), func(tx *sqlx.Tx) error {
+	err = s.ShardOf(userID).inTx(ctx, func(tx *sqlx.Tx) error {
 		backfill = false
 		if err := ensureHeaders(ctx, tx, userID); err != nil {
 			return err

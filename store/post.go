@@ -59,7 +59,7 @@ func (s *Store) PublishPost(ctx context.Context, p feed.Post, now int64) (stored
 	if err != nil {
 		return stored, false, wrap("publish post", err)
 	}
-	err = inTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
+	err = home.inTx(ctx, func(tx *sqlx.Tx) error {
 		if err := claimHome(tx); err != nil {
 			return err
 		}
@@ -166,7 +166,7 @@ const lockTasksSQL = `SELECT seq FROM fanout_tasks WHERE content_id = ? FOR UPDA
 // Returns ENOTFOUND if the author never published contentID.
 func (s *Store) DeletePost(ctx context.Context, authorID, contentID uint64) error {
 	ctx = s.pin(ctx)
-	err := inTx(ctx, s.ShardOf(authorID).pool(ctx), func(tx *sqlx.Tx) error {
+	err := s.ShardOf(authorID).inTx(ctx, func(tx *sqlx.Tx) error {
 		var row postRow
 		err := sqlx.GetContext(ctx, tx, &row, lockPostSQL, contentID)
 		if errors.Is(err, sql.ErrNoRows) || (err == nil && row.AuthorID != authorID) {

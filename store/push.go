@@ -88,7 +88,7 @@ func (s *Store) PushDeliveries(ctx context.Context, sh *Shard, jobs []DeliveryJo
 	if len(jobs) == 0 {
 		return PushResult{Plan: moved}, nil
 	}
-	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
+	err := sh.inTx(ctx, func(tx *sqlx.Tx) error {
 		res = PushResult{Plan: slices.Clone(moved)}
 		posts, err := lockDeliveries(ctx, tx, jobs)
 		if err != nil || len(posts) == 0 {

@@ -120,7 +120,7 @@ func (s *Store) TrimReplays(ctx context.Context, users []uint64, limit int) (int
 	ctx = s.pin(ctx)
 	var total int64
 	for _, u := range users {
-		err := inTx(ctx, s.ShardOf(u).pool(ctx), func(tx *sqlx.Tx) error {
+		err := s.ShardOf(u).inTx(ctx, func(tx *sqlx.Tx) error {
 			floor, err := lockReplayFloor(ctx, tx, u)
 			if err != nil {
 				return err
@@ -159,9 +159,10 @@ func (s *Store) BackfillReplays(ctx context.Context, userID, hostID uint64, limi
 	if err != nil {
 		return 0, err
 	}
-	db := s.ShardOf(userID).pool(ctx)
+	sh := s.ShardOf(userID)
+	db := sh.pool(ctx)
 	if len(reps) > 0 {
-		copied, err = copyReplays(ctx, db, userID, hostID, reps, limit)
+		copied, err = copyReplays(ctx, sh, userID, hostID, reps, limit)
 	}
 	if err != nil {
 		return copied, wrap("backfill replays", err)
@@ -193,8 +194,8 @@ func (s *Store) BackfillReplays(ctx context.Context, userID, hostID uint64, limi
 }
 
 // copyReplays is BackfillReplays' transaction on the viewer's database.
-func copyReplays(ctx context.Context, db *sqlx.DB, userID, hostID uint64, reps []feed.Stream, limit int) (copied int64, err error) {
-	err = inTx(ctx, db, func(tx *sqlx.Tx) error {
+func copyReplays(ctx context.Context, sh *Shard, userID, hostID uint64, reps []feed.Stream, limit int) (copied int64, err error) {
+	err = sh.inTx(ctx, func(tx *sqlx.Tx) error {
 		copied = 0
 		floor, err := lockReplayFloor(ctx, tx, userID)
 		if err != nil {

@@ -42,7 +42,8 @@ type Shard struct {
 	feedPage  [numClasses][2]*sqlx.Stmt
 	pullHints UserHints
 
-	health shardHealth
+	health    shardHealth
+	conflicts conflicts
 	// epochSeen is told the layout epoch each probe reads (Store.epochSeen).
 	epochSeen func(int64)
 }
@@ -199,9 +200,10 @@ func affected(r sql.Result, err error) (bool, error) {
 	return n > 0, err
 }
 
-// inTx runs fn in a READ COMMITTED transaction on db, again after a
-// deadlock, a lock wait timeout or a snapshot conflict: the server resolves
-// them by rolling one side back, and every write here is safe to replay.
+// inTx runs fn in a READ COMMITTED transaction on sh's pool for ctx's
+// class, again after a deadlock, a lock wait timeout or a snapshot
+// conflict: the server resolves them by rolling one side back, and every
+// write here is safe to replay.
 // The tries back off exponentially with jitter, so that writers meeting on
 // a hot row (a user's header under fan-out, or every write slowed by a
 // reshard's triggers) spread out instead of meeting again; a conflict that
@@ -219,12 +221,18 @@ func affected(r sql.Result, err error) (bool, error) {
 // fan-out batch's range go on; a locking range read still waits for the
 // first entry past its end (and lets it go at once), which is why a read
 // of one user's rows looks them up by equality where it can (pullRowSQL).
-func inTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
+func (sh *Shard) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
+	db := sh.pool(ctx)
 	var err error
 	for i := range txAttempts {
-		if err = runTx(ctx, db, fn); err == nil || !Retryable(err) || i == txAttempts-1 {
+		if err = runTx(ctx, db, fn); err == nil || !Retryable(err) {
 			break
 		}
+		if i == txAttempts-1 {
+			sh.conflicts.gaveUp.Add(1)
+			break
+		}
+		sh.conflicts.retried.Add(1)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -232,6 +240,17 @@ func inTx(ctx context.Context, db *sqlx.DB, fn func(tx *sqlx.Tx) error) error {
 		}
 	}
 	return err
+}
+
+// conflicts counts the shard's transactions the server rolled back for a
+// conflict, by what inTx did next: ran them again, or gave up (the last of
+// txAttempts).
+type conflicts struct{ retried, gaveUp atomic.Int64 }
+
+// Conflicts returns the shard's conflict counts in this process, for the
+// metrics: rollbacks inTx ran again, and transactions it gave up on.
+func (sh *Shard) Conflicts() (retried, gaveUp int64) {
+	return sh.conflicts.retried.Load(), sh.conflicts.gaveUp.Load()
 }
 
 // txAttempts and txBackoff bound inTx's tries: at most about half a second

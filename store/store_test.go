@@ -198,15 +198,23 @@ func TestConflictRetries(t *testing.T) {
 			return nil
 		}
 	}
+	counts := func(wantRetried, wantGaveUp int64) {
+		t.Helper()
+		if retried, gaveUp := sh.Conflicts(); retried != wantRetried || gaveUp != wantGaveUp {
+			t.Fatalf("conflicts: %d retried, %d given up; want %d and %d", retried, gaveUp, wantRetried, wantGaveUp)
+		}
+	}
 	var ran int
 	if err := store.InTx(t.Context(), sh, conflicts(3, &ran)); err != nil || ran != 4 {
 		t.Fatalf("three conflicts: ran %d times, %v; want 4 and success", ran, err)
 	}
+	counts(3, 0)
 	ran = 0
 	err := store.InTx(t.Context(), sh, conflicts(store.TxAttempts, &ran))
 	if ran != store.TxAttempts || feed.ErrorCode(err) != feed.EUNAVAILABLE || !store.Retryable(err) {
 		t.Fatalf("endless conflicts: ran %d times, %v (%s); want %d and unavailable", ran, err, feed.ErrorCode(err), store.TxAttempts)
 	}
+	counts(3+store.TxAttempts-1, 1)
 }
 
 func TestRetryable(t *testing.T) {

@@ -98,7 +98,7 @@ func (s *Store) CreateStream(ctx context.Context, st feed.Stream, now int64) (st
 	if err != nil {
 		return stored, false, wrap("create stream", err)
 	}
-	err = inTx(ctx, home.pool(ctx), func(tx *sqlx.Tx) error {
+	err = home.inTx(ctx, func(tx *sqlx.Tx) error {
 		if err := claimHome(tx); err != nil {
 			return err
 		}
@@ -186,7 +186,7 @@ func (s *Store) EndStream(ctx context.Context, hostID, streamID uint64, endedAt 
 func (s *Store) moveStream(ctx context.Context, hostID, streamID uint64, from int, move func(tx *sqlx.Tx, row *streamRow) error) (feed.Stream, error) {
 	ctx = s.pin(ctx)
 	var out feed.Stream
-	err := inTx(ctx, s.ShardOf(hostID).pool(ctx), func(tx *sqlx.Tx) error {
+	err := s.ShardOf(hostID).inTx(ctx, func(tx *sqlx.Tx) error {
 		row, err := lockStream(ctx, tx, hostID, streamID)
 		if err != nil {
 			return err
@@ -226,7 +226,7 @@ const deleteStreamSQL = `UPDATE streams SET deleted = 1, list = 0 WHERE host_id 
 // Returns ENOTFOUND if the host never created it.
 func (s *Store) DeleteStream(ctx context.Context, hostID, streamID uint64, now int64) error {
 	ctx = s.pin(ctx)
-	err := inTx(ctx, s.ShardOf(hostID).pool(ctx), func(tx *sqlx.Tx) error {
+	err := s.ShardOf(hostID).inTx(ctx, func(tx *sqlx.Tx) error {
 		var row streamRow
 		err := sqlx.GetContext(ctx, tx, &row, lockStreamSQL, hostID, streamID)
 		if errors.Is(err, sql.ErrNoRows) {

@@ -74,7 +74,7 @@ func (s *Store) PurgeTombstones(ctx context.Context, sh *Shard, before int64, li
 	if len(ids) == 0 {
 		return 0, failed
 	}
-	err := inTx(ctx, sh.pool(ctx), func(tx *sqlx.Tx) error {
+	err := sh.inTx(ctx, func(tx *sqlx.Tx) error {
 		for _, q := range []string{purgePostsSQL, purgeDeliveriesSQL} {
 			if err := execIn(ctx, tx, q, ids); err != nil {
 				return err

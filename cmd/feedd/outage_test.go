@@ -115,6 +115,11 @@ func TestWriteStall(t *testing.T) {
 			metricValue(t, base, `feed_db_connections{class="reads",database="main",state="in_use"}`) == 0 &&
 			metricValue(t, base, `feed_db_connections{class="writes",database="main",state="in_use"}`) == 0
 	})
+	for _, outcome := range []string{"retried", "gave_up"} {
+		if v := metricValue(t, base, `feed_db_conflicts_total{database="main",outcome="`+outcome+`"}`); v < 0 {
+			t.Errorf("no feed_db_conflicts_total series for %s", outcome)
+		}
+	}
 	if strings.Contains(log.String(), "http: internal error") || strings.Contains(log.String(), "context canceled") {
 		t.Errorf("the stall was logged as a server fault:\n%s", log.String())
 	}
