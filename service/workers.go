@@ -135,9 +135,10 @@ func (s *Service) loop(ctx, work context.Context, name string, step func(ctx, wo
 
 // failureStreak logs a loop's run of failures without flooding: the first
 // failure, then at most one line per failureLogEvery, then the recovery of
-// a loop that logged. A
-// database that is unreachable is the health probes' to report (once per
-// transition), so its failures are logged at debug only.
+// a loop that logged. A database that is unreachable is the health probes'
+// to report (once per transition), so its failures are logged at debug
+// only; a conflict that outlasted the store's tries is logged like any
+// other failure.
 type failureStreak struct {
 	count   int
 	logged  time.Time
@@ -151,7 +152,7 @@ func (f *failureStreak) failed(log *slog.Logger, loop string, err error) {
 	}
 	f.count++
 	switch {
-	case feed.ErrorCode(err) == feed.EUNAVAILABLE:
+	case feed.ErrorCode(err) == feed.EUNAVAILABLE && !store.Conflict(err):
 		log.Debug("worker: step failed", "loop", loop, "failures", f.count, "error", err)
 	case f.count == 1 || now.Sub(f.logged) >= failureLogEvery:
 		log.Error("worker: step failed", "loop", loop, "failures", f.count, "error", err)

@@ -158,24 +158,26 @@ func checkEngine(ctx context.Context, db *sqlx.DB, e Engine) error {
 	if err := rows.Err(); err != nil {
 		return classify(err)
 	}
-	settings := map[string]bool{}
+	settings := map[string]string{}
 	if have == nil {
 		// The family is made with the table: read the settings it will
-		// be made with, each name=value of the default options and of the
-		// family's own override, nested ones included.
+		// be made with, each name=value of the default options and then
+		// of the family's own override, which wins, nested ones included.
 		var defaults, overrides string
 		err := db.QueryRowContext(ctx, `SELECT @@rocksdb_default_cf_options, @@rocksdb_override_cf_options`).Scan(&defaults, &overrides)
 		if err != nil {
 			return classify(err)
 		}
-		all := defaults + ";" + familyOverride(strings.ReplaceAll(overrides, " ", ""), InboxFamily)
+		all := strings.ReplaceAll(defaults+";"+familyOverride(strings.ReplaceAll(overrides, " ", ""), InboxFamily), " ", "")
 		for _, f := range strings.FieldsFunc(all, func(r rune) bool { return r == ';' || r == '{' || r == '}' }) {
-			settings[f] = true
+			name, value, _ := strings.Cut(f, "=")
+			settings[name] = value
 		}
 	}
 	var missing []string
 	for _, o := range familyOptions {
-		if have != nil && have[o.name] != o.want || have == nil && !settings[o.setting] {
+		name, value, _ := strings.Cut(o.setting, "=")
+		if have != nil && have[o.name] != o.want || have == nil && settings[name] != value {
 			missing = append(missing, o.setting)
 		}
 	}

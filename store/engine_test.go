@@ -194,6 +194,10 @@ func TestInboxEngineRefused(t *testing.T) {
 		{"the options on another family", []string{"--plugin-load-add=ha_rocksdb.so", "--log-bin=binlog", "--binlog-format=ROW",
 			"--rocksdb-override-cf-options=other={compression=kZSTD;bottommost_compression=kZSTD;prefix_extractor=capped:12;block_based_table_factory={cache_index_and_filter_blocks=0;filter_policy=bloomfilter:10:false}}"},
 			"prefix_extractor=capped:12"},
+		{"the family's override undoes a default", []string{"--plugin-load-add=ha_rocksdb.so", "--log-bin=binlog", "--binlog-format=ROW",
+			"--rocksdb-default-cf-options=compression=kZSTD; bottommost_compression=kZSTD; prefix_extractor=capped:12; block_based_table_factory={cache_index_and_filter_blocks=0;filter_policy=bloomfilter:10:false}",
+			"--rocksdb-override-cf-options=" + store.InboxFamily + "={compression=kLZ4Compression}"},
+			"lacks compression=kZSTD:"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

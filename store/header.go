@@ -63,11 +63,12 @@ const setPullsSQL = `UPDATE inbox SET pulls = ? WHERE user_id = ? AND ` + header
 // locking read so that it waits for a transaction still settling one: a
 // backfill lets go of the header before its following rows show
 // (openWithInnoDB), and a consistent read would count a pending bit it
-// has cleared, leaving a mark with nothing to pull. The pull values are
-// listed rather than ranged (pull > 0): InnoDB locks the first entry past
-// a range before it sees the range has ended, here the next user's, so the
-// read would wait for that user's writers and deadlock with them; at the
-// end of an equality lookup it stops without a lock.
+// has cleared, leaving a mark with nothing to pull. It looks up each pull
+// value by equality: InnoDB locks the first entry past a range before it
+// sees the range has ended, here the next user's, so a range read would
+// wait for that user's writers and deadlock with them; at the end of an
+// equality lookup it stops without a lock. The values are every nonzero
+// combination of the pull bits (PullBelowActive, PullPending).
 const pullRowSQL = `SELECT author_id FROM following WHERE user_id = ? AND pull IN (1, 2, 3) LIMIT 1 FOR UPDATE`
 
 // recountPulls recomputes the user's pull mark from the following rows,

@@ -207,7 +207,7 @@ func affected(r sql.Result, err error) (bool, error) {
 // The tries back off exponentially with jitter, so that writers meeting on
 // a hot row (a user's header under fan-out, or every write slowed by a
 // reshard's triggers) spread out instead of meeting again; a conflict that
-// outlasts txAttempts reaches the caller as EUNAVAILABLE (classify).
+// outlasts txAttempts reaches the caller as EUNAVAILABLE (errConflicts).
 //
 // Correctness rests on the rows a transaction locks (FOR UPDATE, or by
 // writing them), never on a snapshot or a gap lock, so every transaction
@@ -225,12 +225,15 @@ func (sh *Shard) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	db := sh.pool(ctx)
 	var err error
 	for i := range txAttempts {
-		if err = runTx(ctx, db, fn); err == nil || !Retryable(err) {
-			break
+		// A conflict an inner transaction (fan-out's on another
+		// database) gave up on is not run again with this one, which
+		// would run all of that one's tries again.
+		if err = runTx(ctx, db, fn); err == nil || !Retryable(err) || Conflict(err) {
+			return err
 		}
 		if i == txAttempts-1 {
 			sh.conflicts.gaveUp.Add(1)
-			break
+			return errors.Join(errConflicts, err)
 		}
 		sh.conflicts.retried.Add(1)
 		select {
@@ -327,9 +330,8 @@ func Retryable(err error) bool {
 	return false
 }
 
-// classify turns connection failures, and conflicts that outlasted inTx's
-// tries, into EUNAVAILABLE so clients get a 503 they can retry instead of a
-// 500; other errors pass through unchanged.
+// classify turns connection failures into EUNAVAILABLE so clients get a 503
+// they can retry instead of a 500; other errors pass through unchanged.
 func classify(err error) error {
 	if err == nil {
 		return nil
@@ -337,9 +339,6 @@ func classify(err error) error {
 	var ne net.Error
 	if fenced(err) {
 		return errors.Join(errFenced, err)
-	}
-	if Retryable(err) {
-		return errors.Join(errConflicts, err)
 	}
 	if errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysql.ErrInvalidConn) ||
 		errors.Is(err, sql.ErrConnDone) || errors.As(err, &ne) {
@@ -356,8 +355,17 @@ func wrap(op string, err error) error {
 	if feed.ErrorCode(err) != feed.EINTERNAL {
 		return err
 	}
-	return classify(fmt.Errorf("store: %s: %w", op, err))
+	err = classify(fmt.Errorf("store: %s: %w", op, err))
+	if feed.ErrorCode(err) == feed.EINTERNAL && Retryable(err) {
+		// A statement outside inTx that met a conflict: contention too.
+		return errors.Join(errConflicts, err)
+	}
+	return err
 }
+
+// Conflict says whether err is a conflict with other writers that outlasted
+// the store's tries: contention, not a fault, and the caller may retry.
+func Conflict(err error) bool { return errors.Is(err, errConflicts) }
 
 // multiRowInsert returns "<head> VALUES (?,…),(?,…)…<tail>" for rows rows of
 // cols columns: the one place multi-row statements are built, from constant

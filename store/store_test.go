@@ -215,6 +215,17 @@ func TestConflictRetries(t *testing.T) {
 		t.Fatalf("endless conflicts: ran %d times, %v (%s); want %d and unavailable", ran, err, feed.ErrorCode(err), store.TxAttempts)
 	}
 	counts(3+store.TxAttempts-1, 1)
+
+	// A transaction whose inner one (fan-out's on another database) gave
+	// up is not run again: that would run all the inner tries again.
+	outer, ran := 0, 0
+	err = store.InTx(t.Context(), sh, func(*sqlx.Tx) error {
+		outer++
+		return store.InTx(t.Context(), sh, conflicts(store.TxAttempts, &ran))
+	})
+	if outer != 1 || ran != store.TxAttempts || feed.ErrorCode(err) != feed.EUNAVAILABLE {
+		t.Fatalf("an inner transaction gave up: the outer ran %d times, the inner %d, %v; want 1, %d and unavailable", outer, ran, err, store.TxAttempts)
+	}
 }
 
 func TestRetryable(t *testing.T) {

@@ -253,7 +253,7 @@ func (b *bench) reshardLoad(ctx context.Context, st *store.Store, users []uint64
 		case err == nil:
 			ok.Add(1)
 		case ctx.Err() != nil:
-		case feed.ErrorCode(err) == feed.EUNAVAILABLE:
+		case feed.ErrorCode(err) == feed.EUNAVAILABLE && !store.Conflict(err):
 			fenced.Add(1)
 		default:
 			failed.Add(1)
