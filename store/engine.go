@@ -168,7 +168,8 @@ func checkEngine(ctx context.Context, db *sqlx.DB, e Engine) error {
 		if err != nil {
 			return classify(err)
 		}
-		all := strings.ReplaceAll(defaults+";"+familyOverride(strings.ReplaceAll(overrides, " ", ""), InboxFamily), " ", "")
+		noSpaces := func(s string) string { return strings.ReplaceAll(s, " ", "") }
+		all := noSpaces(defaults) + ";" + familyOverride(noSpaces(overrides), InboxFamily)
 		for _, f := range strings.FieldsFunc(all, func(r rune) bool { return r == ';' || r == '{' || r == '}' }) {
 			name, value, _ := strings.Cut(f, "=")
 			settings[name] = value

@@ -223,12 +223,12 @@ func affected(r sql.Result, err error) (bool, error) {
 // of one user's rows looks them up by equality where it can (pullRowSQL).
 func (sh *Shard) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 	db := sh.pool(ctx)
-	var err error
-	for i := range txAttempts {
+	for i := 0; ; i++ {
 		// A conflict an inner transaction (fan-out's on another
 		// database) gave up on is not run again with this one, which
 		// would run all of that one's tries again.
-		if err = runTx(ctx, db, fn); err == nil || !Retryable(err) || Conflict(err) {
+		err := runTx(ctx, db, fn)
+		if err == nil || !Retryable(err) || Conflict(err) {
 			return err
 		}
 		if i == txAttempts-1 {
@@ -242,7 +242,6 @@ func (sh *Shard) inTx(ctx context.Context, fn func(tx *sqlx.Tx) error) error {
 		case <-time.After(txBackoff(i)):
 		}
 	}
-	return err
 }
 
 // conflicts counts the shard's transactions the server rolled back for a
