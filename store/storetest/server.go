@@ -26,9 +26,11 @@ type Server struct {
 	DSN  string
 	Port int
 	cmd  *exec.Cmd
-	bin  string
-	args []string
-	dir  string
+	// exited is closed once cmd has ended and been waited for.
+	exited chan struct{}
+	bin    string
+	args   []string
+	dir    string
 }
 
 // StartServer initialises and starts a mariadbd with a small buffer pool,
@@ -150,6 +152,9 @@ func (s *Server) start() error {
 		s.cmd = nil
 		return fmt.Errorf("start %s: %w", s.bin, err)
 	}
+	exited := make(chan struct{})
+	s.exited = exited
+	go func() { _ = s.cmd.Wait(); close(exited) }()
 	db, err := sql.Open("mysql", s.DSN+"?timeout=1s")
 	if err != nil {
 		return err
@@ -168,19 +173,26 @@ func (s *Server) start() error {
 			}
 			return nil
 		}
+		// A server that refuses its options (a missing plugin) exits at
+		// once: say so then, not after the whole wait.
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(s.dir, "error.log"))
+			return fmt.Errorf("mariadbd on port %d exited while starting: %s\n%s%s", s.Port, s.cmd.ProcessState, stderr.String(), log)
+		case <-time.After(100 * time.Millisecond):
+		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(s.dir, "error.log"))
 			return fmt.Errorf("mariadbd on port %d did not answer within 60 s: %v\n%s%s", s.Port, err, stderr.String(), log)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 // Kill ends the server at once (SIGKILL), as a crashed host.
 func (s *Server) Kill() {
-	if s.cmd != nil && s.cmd.ProcessState == nil {
+	if s.cmd != nil {
 		_ = s.cmd.Process.Kill()
-		_ = s.cmd.Wait()
+		<-s.exited
 	}
 }
 
