@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jmoiron/sqlx"
@@ -12,11 +13,13 @@ import (
 )
 
 // TestSnapshotSeesBothEngines checks what a ConsistentRead promises and a
-// reshard's catch-up rests on: writers update a table in the inbox's
-// engine and then an InnoDB one in each transaction, as a header-first
-// transaction writes the inbox and its trigger logs the change (so InnoDB
-// commits first), and a snapshot sees every one of them in both tables or
-// in neither.
+// reshard's catch-up rests on: writers set a table in the inbox's engine
+// and then an InnoDB one to the same new value in each transaction, as a
+// header-first transaction writes the inbox and its trigger logs the
+// change (so InnoDB commits first), and a snapshot sees every one of them
+// in both tables or in neither. The writers set values rather than add to
+// them, so the check rests on the snapshot alone, not also on each
+// update reading the latest committed value.
 func TestSnapshotSeesBothEngines(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -41,16 +44,18 @@ func TestSnapshotSeesBothEngines(t *testing.T) {
 	}
 	wctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	var last atomic.Int64
 	for range 3 {
 		wg.Go(func() {
 			for wctx.Err() == nil {
+				v := last.Add(1)
 				tx, err := db.BeginTxx(wctx, nil)
 				if err != nil {
 					return
 				}
-				_, err = tx.ExecContext(wctx, "UPDATE first SET v = v + 1 WHERE id = 1")
+				_, err = tx.ExecContext(wctx, "UPDATE first SET v = ? WHERE id = 1", v)
 				if err == nil {
-					_, err = tx.ExecContext(wctx, "UPDATE second SET v = v + 1 WHERE id = 1")
+					_, err = tx.ExecContext(wctx, "UPDATE second SET v = ? WHERE id = 1", v)
 				}
 				if err != nil {
 					tx.Rollback()
@@ -76,7 +81,15 @@ func TestSnapshotSeesBothEngines(t *testing.T) {
 			t.Fatal(err)
 		}
 		if a != b {
-			t.Fatalf("read %d: the snapshot sees %d updates of the first table and %d of the second", i, a, b)
+			// What the tables hold outside any snapshot once the writers
+			// stop tells a torn snapshot from writers that left the
+			// tables apart.
+			stop()
+			wg.Wait()
+			var c, d int64
+			_ = db.GetContext(ctx, &c, "SELECT v FROM first WHERE id = 1")
+			_ = db.GetContext(ctx, &d, "SELECT v FROM second WHERE id = 1")
+			t.Fatalf("read %d: the snapshot sees the first table set by transaction %d and the second by %d; once the writers stopped, they held %d and %d", i, a, b, c, d)
 		}
 	}
 }
