@@ -130,7 +130,7 @@ func LaunchServer(dir, defaults string, extra ...string) (*Server, error) {
 	srv := &Server{Port: port, DSN: fmt.Sprintf("root@tcp(127.0.0.1:%d)/", port)}
 	srvArgs := []string{defaults, "--datadir=" + data, "--tmpdir=" + tmp, "--port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1", "--socket=" + filepath.Join(dir, "sock"), "--skip-name-resolve",
-		"--log-error=" + filepath.Join(dir, "error.log")}
+		"--log-error=" + filepath.Join(dir, errorLogFile)}
 	if os.Geteuid() == 0 {
 		srvArgs = append(srvArgs, "--user=root")
 	}
@@ -168,7 +168,7 @@ func (s *Server) start() error {
 		if err == nil {
 			// A plugin that fails to start (the inbox's engine) leaves the
 			// server up without it: a failed start, with the log to say why.
-			if log, _ := os.ReadFile(filepath.Join(s.dir, "error.log")); bytes.Contains(log, []byte("init function returned error")) {
+			if log := s.errorLog(); bytes.Contains(log, []byte("init function returned error")) {
 				return fmt.Errorf("mariadbd on port %d started without a plugin:\n%s", s.Port, log)
 			}
 			return nil
@@ -177,15 +177,23 @@ func (s *Server) start() error {
 		// once: say so then, not after the whole wait.
 		select {
 		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(s.dir, "error.log"))
-			return fmt.Errorf("mariadbd on port %d exited while starting: %s\n%s%s", s.Port, s.cmd.ProcessState, stderr.String(), log)
+			return fmt.Errorf("mariadbd on port %d exited while starting: %s\n%s%s", s.Port, s.cmd.ProcessState, stderr.String(), s.errorLog())
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(s.dir, "error.log"))
-			return fmt.Errorf("mariadbd on port %d did not answer within 60 s: %v\n%s%s", s.Port, err, stderr.String(), log)
+			return fmt.Errorf("mariadbd on port %d did not answer within 60 s: %v\n%s%s", s.Port, err, stderr.String(), s.errorLog())
 		}
 	}
+}
+
+// errorLogFile is the server's log, in its directory.
+const errorLogFile = "error.log"
+
+// errorLog returns what the server has logged so far, for a failed start's
+// message.
+func (s *Server) errorLog() []byte {
+	log, _ := os.ReadFile(filepath.Join(s.dir, errorLogFile))
+	return log
 }
 
 // Kill ends the server at once (SIGKILL), as a crashed host.
