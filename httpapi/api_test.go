@@ -24,6 +24,7 @@ import (
 	"github.com/feedhq/feed/httpapi"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -1452,7 +1453,7 @@ func TestOperations(t *testing.T) {
 func TestUnavailable(t *testing.T) {
 	t.Parallel()
 	// Nothing listens on port 1; the store does not connect until used.
-	st, err := store.Open(store.SingleShardMap("root@tcp(127.0.0.1:1)/x?timeout=2s"))
+	st, err := store.Open(shardmap.Single("root@tcp(127.0.0.1:1)/x?timeout=2s"))
 	if err != nil {
 		t.Fatal(err)
 	}

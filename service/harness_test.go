@@ -17,6 +17,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -35,7 +36,7 @@ type harness struct {
 	reg   *prometheus.Registry // svc's metrics
 	// shards is the map the store was opened from: another "process" opens
 	// its own pools on the same databases with it.
-	shards *store.ShardMap
+	shards *shardmap.Map
 	now    func() time.Time
 	// refused is the first worker step the server refused as a statement
 	// it cannot run: waits fail with it instead of timing out.
@@ -46,7 +47,7 @@ type harnessOpts struct {
 	shards int
 	// shardMap names the databases; nil creates shards fresh ones on the
 	// test server.
-	shardMap   *store.ShardMap
+	shardMap   *shardmap.Map
 	noWorkers  bool
 	configured func(*service.Config)
 	now        func() time.Time

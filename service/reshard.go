@@ -9,6 +9,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/reshard"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 // The console's view of a reshard is feedd reshard status's: the package
@@ -181,7 +182,7 @@ func (s *Service) copyEstimate(ctx context.Context, sh *store.Shard, moves []res
 }
 
 func mustLayout(layout string) []string {
-	names, _ := store.ParseLayout(layout)
+	names, _ := shardmap.ParseLayout(layout)
 	return names
 }
 

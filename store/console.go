@@ -8,6 +8,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 // The reads of the operator's console: what each database holds and queues,
@@ -215,24 +216,16 @@ func (s *Store) AuthorInfos(ctx context.Context, ids []uint64) (map[uint64]Autho
 	return out, nil
 }
 
-// MapFor returns a shard map of the store's databases, their DSNs and
-// pool sizes as opened, that lays the virtual shards out as layout says:
-// what feedd reshard opens to act on the reshard to that layout.
-func (s *Store) MapFor(layout string) (*ShardMap, error) {
-	names, err := ParseLayout(layout)
+// MapFor returns the shard map that places virtual shards as layout says,
+// on the store's databases.
+func (s *Store) MapFor(layout string) (*shardmap.Map, error) {
+	dsns := map[string]string{}
+	for _, sh := range s.shards {
+		dsns[sh.Name] = sh.dsn
+	}
+	m, err := shardmap.FromLayout(layout, dsns)
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
-	}
-	m := &ShardMap{VirtualShards: len(names), Databases: map[string]DatabaseConfig{}}
-	for _, sh := range s.shards {
-		m.Databases[sh.Name] = DatabaseConfig{DSN: sh.dsn}
-	}
-	for _, f := range strings.Fields(FormatLayout(names))[1:] {
-		r, name, _ := strings.Cut(f, "=")
-		if _, ok := m.Databases[name]; !ok {
-			return nil, fmt.Errorf("store: the layout places virtual shards on database %s, which the shard map lacks", name)
-		}
-		m.Ranges = append(m.Ranges, RangeConfig{VShards: r, Database: name})
 	}
 	return m, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -22,8 +23,8 @@ import (
 // with the inbox in e; migrate says whether to migrate it.
 func engineStore(t *testing.T, serverDSN, name string, e store.Engine) (*store.Store, *sqlx.DB) {
 	t.Helper()
-	m := store.SingleShardMap(serverDSN + name)
-	m.InboxEngine = e
+	m := shardmap.Single(serverDSN + name)
+	m.InboxEngine = string(e)
 	st, err := store.Open(m)
 	must(t, err)
 	t.Cleanup(func() { st.Close() })

@@ -9,6 +9,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -71,7 +72,7 @@ func TestReadFeedPullMark(t *testing.T) {
 	read("imported as a pull follower", 2, []store.PullAuthor{{AuthorID: pullAuthor, Pull: store.PullBelowActive}})
 }
 
-func openStore(t *testing.T, m *store.ShardMap) *store.Store {
+func openStore(t *testing.T, m *shardmap.Map) *store.Store {
 	t.Helper()
 	st, err := store.Open(m)
 	must(t, err)

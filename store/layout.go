@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/jmoiron/sqlx"
 )
 
@@ -32,48 +32,7 @@ func (s *Store) Layout() string {
 	for v, sh := range owner {
 		names[v] = sh.Name
 	}
-	return FormatLayout(names)
-}
-
-// FormatLayout is the canonical text of a layout given the database of
-// every virtual shard.
-func FormatLayout(names []string) string {
-	var b strings.Builder
-	b.WriteString(strconv.Itoa(len(names)))
-	for first := 0; first < len(names); {
-		last := first
-		for last+1 < len(names) && names[last+1] == names[first] {
-			last++
-		}
-		fmt.Fprintf(&b, " %d-%d=%s", first, last, names[first])
-		first = last + 1
-	}
-	return b.String()
-}
-
-// ParseLayout is the inverse of FormatLayout: the database of every
-// virtual shard.
-func ParseLayout(layout string) ([]string, error) {
-	fields := strings.Fields(layout)
-	if len(fields) == 0 {
-		return nil, fmt.Errorf("empty layout")
-	}
-	n, err := strconv.Atoi(fields[0])
-	if err != nil || n < 1 || n > 1<<16 {
-		return nil, fmt.Errorf("bad layout %q", layout)
-	}
-	names := make([]string, n)
-	for _, f := range fields[1:] {
-		r, name, ok := strings.Cut(f, "=")
-		first, last, err := parseRange(r)
-		if !ok || err != nil || last >= n {
-			return nil, fmt.Errorf("bad layout %q", layout)
-		}
-		for v := first; v <= last; v++ {
-			names[v] = name
-		}
-	}
-	return names, nil
+	return shardmap.FormatLayout(names)
 }
 
 // CheckLayout compares the store's layout with the one in force on its
@@ -114,7 +73,7 @@ func (s *Store) CheckLayout(ctx context.Context) error {
 	} else if e != 0 && got != mine { // 0: not migrated, so nothing recorded
 		return layoutMismatch(e, got, mine)
 	}
-	names, err := ParseLayout(mine)
+	names, err := shardmap.ParseLayout(mine)
 	if err != nil {
 		return err
 	}
@@ -243,11 +202,11 @@ func ReshardUnderWay(ctx context.Context, db sqlx.QueryerContext) (string, error
 
 // layoutMismatch names the runs of virtual shards that want differs on.
 func layoutMismatch(epoch int64, inForce, want string) error {
-	have, err := ParseLayout(inForce)
+	have, err := shardmap.ParseLayout(inForce)
 	if err != nil {
 		return fmt.Errorf("store: the layout in force (epoch %d) is unreadable: %w", epoch, err)
 	}
-	wantNames, _ := ParseLayout(want)
+	wantNames, _ := shardmap.ParseLayout(want)
 	if len(have) != len(wantNames) {
 		return fmt.Errorf("sharding: virtual_shards is %d, the data is laid out in %d (epoch %d); it cannot change",
 			len(wantNames), len(have), epoch)

@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
 func TestCheckLayout(t *testing.T) {
 	t.Parallel()
 	m := storetest.NewShardMap(t, storetest.Options{Shards: 2}) // db0: 0-511, db1: 512-1023
-	open := func(ranges ...store.RangeConfig) *store.Store {
+	open := func(ranges ...shardmap.Range) *store.Store {
 		t.Helper()
 		mm := *m
 		if ranges != nil {
@@ -37,7 +38,7 @@ func TestCheckLayout(t *testing.T) {
 	}
 
 	// Moving ranges by editing the file is refused, naming what would move.
-	moved := open(store.RangeConfig{VShards: "0-767", Database: "db0"}, store.RangeConfig{VShards: "768-1023", Database: "db1"})
+	moved := open(shardmap.Range{VShards: "0-767", Database: "db0"}, shardmap.Range{VShards: "768-1023", Database: "db1"})
 	err := moved.CheckLayout(t.Context())
 	if err == nil || !strings.Contains(err.Error(), "vshards 512-767 are on db1, the file puts them on db0") {
 		t.Fatalf("moved ranges: %v", err)
@@ -51,7 +52,7 @@ func TestCheckLayout(t *testing.T) {
 func TestCheckLayoutIdentity(t *testing.T) {
 	t.Parallel()
 	m := storetest.NewShardMap(t, storetest.Options{Shards: 2})
-	open := func(mm *store.ShardMap) *store.Store {
+	open := func(mm *shardmap.Map) *store.Store {
 		t.Helper()
 		st, err := store.Open(mm)
 		must(t, err)
@@ -62,12 +63,12 @@ func TestCheckLayoutIdentity(t *testing.T) {
 	must(t, open(m).CheckLayout(t.Context()))
 
 	swapped := *m
-	swapped.Databases = map[string]store.DatabaseConfig{"db0": m.Databases["db1"], "db1": m.Databases["db0"]}
+	swapped.Databases = map[string]shardmap.Database{"db0": m.Databases["db1"], "db1": m.Databases["db0"]}
 	if err := open(&swapped).CheckLayout(t.Context()); err == nil || !strings.Contains(err.Error(), "reaches the database named") {
 		t.Errorf("swapped DSNs: %v, want a refusal", err)
 	}
 	empty := *m
-	empty.Databases = map[string]store.DatabaseConfig{"db0": m.Databases["db0"], "db1": {DSN: storetest.DatabaseDSN(t)}}
+	empty.Databases = map[string]shardmap.Database{"db0": m.Databases["db0"], "db1": {DSN: storetest.DatabaseDSN(t)}}
 	if err := open(&empty).CheckLayout(t.Context()); err == nil || !strings.Contains(err.Error(), "holds none of this deployment's data") {
 		t.Errorf("an empty database: %v, want a refusal", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/feedhq/feed/migrations"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 // migrateLockName is the GET_LOCK name that serialises migrators of one
@@ -79,7 +80,7 @@ func (s *Store) migrate(ctx context.Context, log *slog.Logger, progress func(Con
 // for tools that reach databases outside a Store, such as the new ones of
 // a reshard.
 func MigrateDatabase(ctx context.Context, name, dsn string, e Engine, log *slog.Logger) error {
-	sh, err := openShard(name, DatabaseConfig{DSN: dsn, Connections: Connections{Read: 1, Write: 1, Workers: 2}}, noEpochs)
+	sh, err := openShard(name, shardmap.Database{DSN: dsn, Connections: shardmap.Connections{Read: 1, Write: 1, Workers: 2}}, noEpochs)
 	if err != nil {
 		return fmt.Errorf("store: database %q: %w", name, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 // routing is the layout a Store routes by: the epoch in force and the
@@ -70,7 +71,7 @@ func (s *Store) Refresh(ctx context.Context) (bool, error) {
 	if epoch <= cur {
 		return false, errors.Join(errs...)
 	}
-	names, err := ParseLayout(layout)
+	names, err := shardmap.ParseLayout(layout)
 	if err != nil {
 		return false, fmt.Errorf("store: the layout in force (epoch %d): %w", epoch, err)
 	}

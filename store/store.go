@@ -21,6 +21,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 // Shard is one database holding a set of virtual shards, with its own pool.
@@ -63,7 +64,7 @@ type Store struct {
 
 // Open connects to every database of the map. It does not ping: use
 // CheckHealth (readiness) or Migrate to check the servers.
-func Open(m *ShardMap) (*Store, error) {
+func Open(m *shardmap.Map) (*Store, error) {
 	names, err := m.Owners()
 	if err != nil {
 		return nil, err
@@ -100,7 +101,7 @@ func Open(m *ShardMap) (*Store, error) {
 // openShard opens a shard's pools, one per Class, whose statements are
 // killed on the server when their context ends (killConnector) and whose
 // connections write under the store's layout epoch.
-func openShard(name string, cfg DatabaseConfig, epochs epochSource) (*Shard, error) {
+func openShard(name string, cfg shardmap.Database, epochs epochSource) (*Shard, error) {
 	mc, err := parseDSN(cfg.DSN)
 	if err != nil {
 		return nil, err
@@ -110,7 +111,8 @@ func openShard(name string, cfg DatabaseConfig, epochs epochSource) (*Shard, err
 		return nil, err
 	}
 	sh := &Shard{Name: name, dsn: mc.FormatDSN(), conn: conn}
-	for c, n := range cfg.Connections.sizes() {
+	size := cfg.Connections.WithDefaults()
+	for c, n := range [numClasses]int{Workers: size.Workers, Reads: size.Read, Writes: size.Write} {
 		db := sqlx.NewDb(sql.OpenDB(conn), "mysql")
 		db.SetMaxOpenConns(n)
 		db.SetMaxIdleConns(n)
@@ -170,7 +172,7 @@ func (s *Store) ShardOf(id uint64) *Shard {
 		return s.shards[0]
 	}
 	owner := s.route().owner
-	return owner[VirtualShard(id, len(owner))]
+	return owner[shardmap.VirtualShard(id, len(owner))]
 }
 
 // groupByShard splits ids by the shard that owns them, keeping their order.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -66,7 +67,7 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`).Scan(&format, &option
 
 	t.Run("unmigrated database is not ready", func(t *testing.T) {
 		t.Parallel()
-		st, err := store.Open(store.SingleShardMap(storetest.DatabaseDSN(t)))
+		st, err := store.Open(shardmap.Single(storetest.DatabaseDSN(t)))
 		must(t, err)
 		defer st.Close()
 		wantStates(t, st, store.StateOutdated)
@@ -90,7 +91,7 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`).Scan(&format, &option
 		must(t, err)
 		defer admin.Close()
 		mustExec(t, admin, "DROP DATABASE `"+cfg.DBName+"`")
-		st, err := store.Open(store.SingleShardMap(dsn))
+		st, err := store.Open(shardmap.Single(dsn))
 		must(t, err)
 		defer st.Close()
 		must(t, st.Migrate(t.Context(), discard))
@@ -111,7 +112,7 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`).Scan(&format, &option
 		for _, dsn := range dsns {
 			for range migrators {
 				go func() {
-					st, err := store.Open(store.SingleShardMap(dsn))
+					st, err := store.Open(shardmap.Single(dsn))
 					if err == nil {
 						defer st.Close()
 						err = st.Migrate(t.Context(), discard)
@@ -126,7 +127,7 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`).Scan(&format, &option
 			}
 		}
 		for _, dsn := range dsns {
-			st, err := store.Open(store.SingleShardMap(dsn))
+			st, err := store.Open(shardmap.Single(dsn))
 			must(t, err)
 			defer st.Close()
 			wantStates(t, st, store.StateUp)
@@ -135,7 +136,7 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`).Scan(&format, &option
 
 	t.Run("unreachable server is unavailable", func(t *testing.T) {
 		t.Parallel()
-		st, err := store.Open(store.SingleShardMap("root@tcp(127.0.0.1:1)/feed?timeout=1s"))
+		st, err := store.Open(shardmap.Single("root@tcp(127.0.0.1:1)/feed?timeout=1s"))
 		must(t, err)
 		defer st.Close()
 		wantStates(t, st, store.StateDown)
@@ -245,6 +246,32 @@ func TestRetryable(t *testing.T) {
 	} {
 		if got := store.Retryable(c.err); got != c.want {
 			t.Errorf("Retryable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+func TestOpenSingleShardMap(t *testing.T) {
+	t.Parallel()
+	st, err := store.Open(shardmap.Single("u@tcp(127.0.0.1:1)/feed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if n := len(st.Shards()); n != 1 {
+		t.Fatalf("%d shards, want 1", n)
+	}
+	for _, id := range []uint64{1, 2, 1 << 40, 1<<64 - 1} {
+		if st.ShardOf(id) != st.Shards()[0] {
+			t.Errorf("id %d not on the only shard", id)
+		}
+	}
+}
+
+func TestOpenRejectsBadDSN(t *testing.T) {
+	t.Parallel()
+	for _, dsn := range []string{"u@tcp(h:3306)/", "not a dsn@@"} {
+		if _, err := store.Open(shardmap.Single(dsn)); err == nil {
+			t.Errorf("Open(%q) succeeded", dsn)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 // Targets the figures are judged against.
@@ -525,7 +525,7 @@ func (r *report) renderReshard(p func(string, ...any)) {
 		return
 	}
 	p("A source database holds all %d virtual shards (the one-database layout, recorded at epoch 1 by",
-		store.DefaultVirtualShards)
+		shardmap.DefaultVirtualShards)
 	p("`Store.CheckLayout`) and a deployment at rest: %s users with %d inbox rows each and a header row",
 		count(x.Users), x.InboxRows)
 	p("(phase C's and D's loader), each following the %d authors of those rows (%s edges in `following`",
@@ -534,7 +534,7 @@ func (r *report) renderReshard(p func(string, ...any)) {
 		count(x.InboxRows*inboxAuthors))
 	p("is empty, as publishing leaves it with one database, and so are `fanout_tasks` and `follow_events`.")
 	p("Loading took %.0f s. `reshard.Apply`, what `feedd reshard apply` runs, moves virtual shards %d–%d",
-		x.Load.Seconds(), reshardFirstMoved, store.DefaultVirtualShards-1)
+		x.Load.Seconds(), reshardFirstMoved, shardmap.DefaultVirtualShards-1)
 	p("to a second, empty database on the same server with its default batch size; `reshard.Cleanup`")
 	p("then deletes the moved rows from the source. The steps are told apart by `reshard.Options.Progress`")
 	p("reports, each ending at its last report: the copy's last partial batches fall in the verify")

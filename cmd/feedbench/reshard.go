@@ -16,6 +16,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/reshard"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -25,7 +26,7 @@ import (
 // third database for a ceiling. The three databases are the run's own,
 // named after the benchmark database.
 const (
-	reshardFirstMoved = store.DefaultVirtualShards / 2
+	reshardFirstMoved = shardmap.DefaultVirtualShards / 2
 	// ceilingIDs is how many ids one INSERT … SELECT of the ceiling names.
 	ceilingIDs = 1000
 )
@@ -106,7 +107,7 @@ func (b *bench) resharding(ctx context.Context) (err error) {
 	}()
 	res := &reshardResult{Users: o.ReshardUsers, InboxRows: o.ReshardInboxRows}
 	start := time.Now()
-	src, err := store.Open(store.SingleShardMap(b.dsnOf(srcName)))
+	src, err := store.Open(shardmap.Single(b.dsnOf(srcName)))
 	if err != nil {
 		return err
 	}
@@ -205,15 +206,15 @@ func (b *bench) dsnOf(database string) string {
 // to two databases reads (the source keeps virtual shards below
 // reshardFirstMoved, the second takes the rest); without, the one-database
 // layout with the second listed for the cut-over to route to.
-func reshardMap(mainDSN, secondDSN string, moved bool) *store.ShardMap {
-	last := store.DefaultVirtualShards - 1
-	m := &store.ShardMap{
-		VirtualShards: store.DefaultVirtualShards,
-		Databases:     map[string]store.DatabaseConfig{"main": {DSN: mainDSN}, "second": {DSN: secondDSN}},
-		Ranges:        []store.RangeConfig{{VShards: fmt.Sprintf("0-%d", last), Database: "main"}},
+func reshardMap(mainDSN, secondDSN string, moved bool) *shardmap.Map {
+	last := shardmap.DefaultVirtualShards - 1
+	m := &shardmap.Map{
+		VirtualShards: shardmap.DefaultVirtualShards,
+		Databases:     map[string]shardmap.Database{"main": {DSN: mainDSN}, "second": {DSN: secondDSN}},
+		Ranges:        []shardmap.Range{{VShards: fmt.Sprintf("0-%d", last), Database: "main"}},
 	}
 	if moved {
-		m.Ranges = []store.RangeConfig{
+		m.Ranges = []shardmap.Range{
 			{VShards: fmt.Sprintf("0-%d", reshardFirstMoved-1), Database: "main"},
 			{VShards: fmt.Sprintf("%d-%d", reshardFirstMoved, last), Database: "second"},
 		}
@@ -371,7 +372,7 @@ func (b *bench) reshardCeiling(ctx context.Context, source, target string, res *
 			return fmt.Errorf("ceiling: ids of %s: %w", t.Name, err)
 		}
 		for _, id := range ids {
-			if store.VirtualShard(id, store.DefaultVirtualShards) >= reshardFirstMoved {
+			if shardmap.VirtualShard(id, shardmap.DefaultVirtualShards) >= reshardFirstMoved {
 				moving = append(moving, id)
 			}
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 // bench is one run: the stack under test, the data it loaded and the report.
@@ -90,8 +91,8 @@ func measure(ctx context.Context, opt options, args []string, log *slog.Logger) 
 	}
 	addr := cfg.Addr
 	cfg.DBName = uniqueDatabaseName()
-	m := store.SingleShardMap(cfg.FormatDSN())
-	m.InboxEngine = store.Engine(opt.InboxEngine)
+	m := shardmap.Single(cfg.FormatDSN())
+	m.InboxEngine = opt.InboxEngine
 	st, err := store.Open(m)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -58,8 +59,8 @@ func (b *bench) steadyState(ctx context.Context) (err error) {
 			err = fmt.Errorf("drop database %s: %w", name, derr)
 		}
 	}()
-	m := store.SingleShardMap(b.dsnOf(name))
-	m.InboxEngine = store.Engine(b.opt.InboxEngine)
+	m := shardmap.Single(b.dsnOf(name))
+	m.InboxEngine = b.opt.InboxEngine
 	st, err := store.Open(m)
 	if err != nil {
 		return err

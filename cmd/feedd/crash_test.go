@@ -23,6 +23,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -165,7 +166,7 @@ func crashDatabaseAt(t *testing.T, dsn string, flags ...string) (bin string, st 
 	t.Helper()
 	bin = feeddBinary(t)
 	runFeedd(t, bin, append([]string{"migrate", "--mysql-dsn", dsn}, flags...)...)
-	st = openStore(t, store.SingleShardMap(dsn))
+	st = openStore(t, shardmap.Single(dsn))
 	raw, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -621,7 +622,7 @@ func TestCrashFanoutSharded(t *testing.T) {
 	dsns := map[string]string{"a": storetest.DatabaseDSN(t), "b": storetest.DatabaseDSN(t)}
 	path := twoDatabases(t, dsns["a"], dsns["b"])
 	runFeedd(t, bin, "migrate", "--sharding", path)
-	m, err := store.LoadShardMap(path)
+	m, err := shardmap.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -703,7 +704,7 @@ func TestCrashSmallPosts(t *testing.T) {
 	dsns := []string{storetest.DatabaseDSN(t), storetest.DatabaseDSN(t)}
 	path := twoDatabases(t, dsns[0], dsns[1])
 	runFeedd(t, bin, "migrate", "--sharding", path)
-	m, err := store.LoadShardMap(path)
+	m, err := shardmap.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/feedhq/feed/httpapi/console"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 func main() {
@@ -141,14 +142,14 @@ func (m *Main) Run(ctx context.Context) error {
 		return runReshard(ctx, m.Reshard, m.Stderr)
 	}
 	m.Log.Info("feedd: starting", append([]any{"command", m.Command}, m.Config.settings()...)...)
-	shardMap := store.SingleShardMap(m.Config.MySQLDSN)
+	shardMap := shardmap.Single(m.Config.MySQLDSN)
 	if m.Config.Sharding != "" {
 		var err error
-		if shardMap, err = store.LoadShardMap(m.Config.Sharding); err != nil {
+		if shardMap, err = shardmap.Load(m.Config.Sharding); err != nil {
 			return err
 		}
 	}
-	shardMap.InboxEngine = store.Engine(m.Config.InboxEngine)
+	shardMap.InboxEngine = m.Config.InboxEngine
 	st, err := store.Open(shardMap)
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 
 	"github.com/feedhq/feed/httpapi/client"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -115,7 +116,7 @@ func newClient(t *testing.T, m *Main, token string) *client.Client {
 }
 
 // openStore opens the databases of a shard map for checks from the test.
-func openStore(t *testing.T, m *store.ShardMap) *store.Store {
+func openStore(t *testing.T, m *shardmap.Map) *store.Store {
 	t.Helper()
 	st, err := store.Open(m)
 	if err != nil {
@@ -422,7 +423,7 @@ func TestServe(t *testing.T) {
 	dsn := storetest.DatabaseDSN(t)
 	m, log := startMain(t, serveArgs(dsn)...)
 	c := newClient(t, m, "")
-	st := openStore(t, store.SingleShardMap(dsn))
+	st := openStore(t, shardmap.Single(dsn))
 
 	checkSession(t, c, st, 100, 200)
 
@@ -573,7 +574,7 @@ func TestSplitAPIAndWorkers(t *testing.T) {
 	ctx := context.Background()
 	api, _ := startMain(t, serveArgs(dsn, "--workers=false")...)
 	c := newClient(t, api, "")
-	st := openStore(t, store.SingleShardMap(dsn))
+	st := openStore(t, shardmap.Single(dsn))
 
 	if err := c.Follow(ctx, 10, 20); err != nil {
 		t.Fatal(err)
@@ -637,7 +638,7 @@ func TestSplitAPIAndWorkers(t *testing.T) {
 // [lo, hi].
 func idOnShards(start uint64, lo, hi int) uint64 {
 	for u := start; ; u++ {
-		if v := store.VirtualShard(u, store.DefaultVirtualShards); v >= lo && v <= hi {
+		if v := shardmap.VirtualShard(u, shardmap.DefaultVirtualShards); v >= lo && v <= hi {
 			return u
 		}
 	}
@@ -677,7 +678,7 @@ ranges:
 	}
 	m, _ := startMain(t, "serve", "--sharding", path, "--http-addr", "127.0.0.1:0", "--poll-interval", "20ms", "--lease", "2s")
 	c := newClient(t, m, "")
-	shardMap, err := store.LoadShardMap(path)
+	shardMap, err := shardmap.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/reshard"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 const reshardUsage = `usage: feedd reshard <plan|apply|status|abort|cleanup> --sharding FILE [flags]
@@ -76,7 +77,7 @@ func runReshard(ctx context.Context, c reshardConfig, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m.InboxEngine = store.Engine(c.Engine)
+	m.InboxEngine = c.Engine
 	bar := newRowBar(w, c.Progress)
 	opt := reshard.Options{BatchSize: c.Batch, Throttle: c.Throttle, Progress: bar.report}
 	r, err := reshard.Open(ctx, m, opt)
@@ -156,12 +157,12 @@ func runReshard(ctx context.Context, c reshardConfig, w io.Writer) error {
 	}
 }
 
-func loadReshardMap(path string) (*store.ShardMap, error) {
+func loadReshardMap(path string) (*shardmap.Map, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("sharding: %w", err)
 	}
-	return store.ParseShardMap(b)
+	return shardmap.Parse(b)
 }
 
 func printMoves(w io.Writer, title string, moves []reshard.Move) {

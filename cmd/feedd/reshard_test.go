@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/feedhq/feed/httpapi/client"
-	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/reshard"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -495,7 +495,7 @@ func settle(t *testing.T, dsn map[string]string) {
 // shards the map at path gives it.
 func wantOnly(t *testing.T, dsn map[string]string, path string) {
 	t.Helper()
-	m, err := store.LoadShardMap(path)
+	m, err := shardmap.Load(path)
 	must(t, err)
 	owner := map[int]string{}
 	for _, r := range m.Ranges {
@@ -518,7 +518,7 @@ func wantOnly(t *testing.T, dsn map[string]string, path string) {
 			for rows.Next() {
 				var id uint64
 				must(t, rows.Scan(&id))
-				if o := owner[store.VirtualShard(id, 1024)]; o != name {
+				if o := owner[shardmap.VirtualShard(id, 1024)]; o != name {
 					t.Errorf("database %s holds %s rows of id %d, which %s owns", name, tbl, id, o)
 				}
 			}

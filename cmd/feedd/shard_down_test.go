@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/feedhq/feed/httpapi/client"
-	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -39,7 +39,7 @@ func TestOneShardDown(t *testing.T) {
 	ids := func(onA bool, start uint64, n int) []uint64 {
 		var out []uint64
 		for id := start; len(out) < n; id++ {
-			if (store.VirtualShard(id, 1024) < 512) == onA {
+			if (shardmap.VirtualShard(id, 1024) < 512) == onA {
 				out = append(out, id)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/reshard"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -20,7 +21,7 @@ func TestConsoleReshard(t *testing.T) {
 	ctx := t.Context()
 	target := storetest.NewShardMap(t, storetest.Options{Shards: 2})
 	inForce := *target
-	inForce.Ranges = []store.RangeConfig{{VShards: "0-1023", Database: "db0"}}
+	inForce.Ranges = []shardmap.Range{{VShards: "0-1023", Database: "db0"}}
 	st, err := store.Open(&inForce)
 	if err != nil {
 		t.Fatal(err)

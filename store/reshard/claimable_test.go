@@ -11,6 +11,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -37,12 +38,12 @@ func TestCatchUpDropsStaleCopies(t *testing.T) {
 	if err := store.RecordIdentity(ctx, a, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.RecordLayout(ctx, a, 1, store.FormatLayout(slices.Repeat([]string{"a"}, 1024))); err != nil {
+	if err := store.RecordLayout(ctx, a, 1, shardmap.FormatLayout(slices.Repeat([]string{"a"}, 1024))); err != nil {
 		t.Fatal(err)
 	}
 	// A done delivery of an author in the half that moves to b.
 	author := uint64(1)
-	for store.VirtualShard(author, 1024) < 512 {
+	for shardmap.VirtualShard(author, 1024) < 512 {
 		author++
 	}
 	const post = 77
@@ -50,11 +51,11 @@ func TestCatchUpDropsStaleCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m, err := store.ParseShardMap(fmt.Appendf(nil, "virtual_shards: 1024\ndatabases: {a: {dsn: %q}, b: {dsn: %q}}\nranges: [{vshards: 0-511, database: a}, {vshards: 512-1023, database: b}]\n", dsn["a"], dsn["b"]))
+	m, err := shardmap.Parse(fmt.Appendf(nil, "virtual_shards: 1024\ndatabases: {a: {dsn: %q}, b: {dsn: %q}}\nranges: [{vshards: 0-511, database: a}, {vshards: 512-1023, database: b}]\n", dsn["a"], dsn["b"]))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.InboxEngine = engine
+	m.InboxEngine = string(engine)
 	r, err := Open(ctx, m, Options{})
 	if err != nil {
 		t.Fatal(err)

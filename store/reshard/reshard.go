@@ -21,6 +21,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 // KeyedTable is a table whose rows move with a virtual shard, and the
@@ -93,7 +94,7 @@ type Reshard struct {
 
 // Open connects to every database of m (which may list databases that
 // own no range: those being emptied) and reads the layout in force.
-func Open(ctx context.Context, m *store.ShardMap, opt Options) (*Reshard, error) {
+func Open(ctx context.Context, m *shardmap.Map, opt Options) (*Reshard, error) {
 	target, err := m.Owners()
 	if err != nil {
 		return nil, err
@@ -108,7 +109,7 @@ func Open(ctx context.Context, m *store.ShardMap, opt Options) (*Reshard, error)
 	r := &Reshard{dbs: map[string]*sqlx.DB{}, target: target, opt: opt}
 	for name, cfg := range m.Databases {
 		// A database new to the deployment gets the schema first.
-		if err := store.MigrateDatabase(ctx, name, cfg.DSN, m.InboxEngine, opt.Log); err != nil {
+		if err := store.MigrateDatabase(ctx, name, cfg.DSN, store.Engine(m.InboxEngine), opt.Log); err != nil {
 			r.Close()
 			return nil, fmt.Errorf("reshard: %w", err)
 		}
@@ -128,7 +129,7 @@ func Open(ctx context.Context, m *store.ShardMap, opt Options) (*Reshard, error)
 		r.names = append(r.names, name)
 	}
 	slices.Sort(r.names)
-	if m.InboxEngine == store.RocksDB {
+	if store.Engine(m.InboxEngine) == store.RocksDB {
 		r.warnStaleEstimates(ctx)
 	}
 	var layout string
@@ -153,7 +154,7 @@ func Open(ctx context.Context, m *store.ShardMap, opt Options) (*Reshard, error)
 		r.Close()
 		return nil, fmt.Errorf("reshard: no database records a layout in force: start feedd once with the map the data is laid out by")
 	}
-	if r.inForce, err = store.ParseLayout(layout); err != nil {
+	if r.inForce, err = shardmap.ParseLayout(layout); err != nil {
 		r.Close()
 		return nil, fmt.Errorf("reshard: the layout in force (epoch %d): %w", r.epoch, err)
 	}
@@ -200,8 +201,8 @@ func (r *Reshard) Close() {
 func (r *Reshard) Epoch() int64 { return r.epoch }
 
 // LayoutInForce and Target are the canonical texts of both layouts.
-func (r *Reshard) LayoutInForce() string { return store.FormatLayout(r.inForce) }
-func (r *Reshard) Target() string        { return store.FormatLayout(r.target) }
+func (r *Reshard) LayoutInForce() string { return shardmap.FormatLayout(r.inForce) }
+func (r *Reshard) Target() string        { return shardmap.FormatLayout(r.target) }
 
 // moves lists the runs of virtual shards whose database changes.
 func moves(from, to []string) []Move {
@@ -442,4 +443,4 @@ func placingID(v any) (uint64, error) {
 }
 
 // vshard returns the virtual shard of an id.
-func (r *Reshard) vshard(id uint64) int { return store.VirtualShard(id, len(r.target)) }
+func (r *Reshard) vshard(id uint64) int { return shardmap.VirtualShard(id, len(r.target)) }

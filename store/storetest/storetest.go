@@ -25,6 +25,7 @@ import (
 	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
 
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 // EnvDSN names the variable holding the test server's DSN.
@@ -198,15 +199,15 @@ func NewStore(t testing.TB, opt Options) *store.Store {
 
 // NewShardMap creates opt.Shards fresh databases and returns a map spreading
 // the virtual shards evenly over them.
-func NewShardMap(t testing.TB, opt Options) *store.ShardMap {
+func NewShardMap(t testing.TB, opt Options) *shardmap.Map {
 	t.Helper()
 	n := max(opt.Shards, 1)
 	conns := opt.MaxOpenConns
 	if conns == 0 {
 		conns = 8
 	}
-	m := &store.ShardMap{VirtualShards: store.DefaultVirtualShards, Databases: map[string]store.DatabaseConfig{}, InboxEngine: InboxEngine(t)}
-	per := store.DefaultVirtualShards / n
+	m := &shardmap.Map{VirtualShards: shardmap.DefaultVirtualShards, Databases: map[string]shardmap.Database{}, InboxEngine: string(InboxEngine(t))}
+	per := shardmap.DefaultVirtualShards / n
 	for i := range n {
 		name := fmt.Sprintf("db%d", i)
 		cfg, err := mysql.ParseDSN(DatabaseDSN(t))
@@ -219,13 +220,13 @@ func NewShardMap(t testing.TB, opt Options) *store.ShardMap {
 			}
 			cfg.Params[k] = v
 		}
-		m.Databases[name] = store.DatabaseConfig{DSN: cfg.FormatDSN(),
-			Connections: store.Connections{Read: conns, Write: conns, Workers: conns}}
+		m.Databases[name] = shardmap.Database{DSN: cfg.FormatDSN(),
+			Connections: shardmap.Connections{Read: conns, Write: conns, Workers: conns}}
 		last := (i+1)*per - 1
 		if i == n-1 {
-			last = store.DefaultVirtualShards - 1
+			last = shardmap.DefaultVirtualShards - 1
 		}
-		m.Ranges = append(m.Ranges, store.RangeConfig{VShards: fmt.Sprintf("%d-%d", i*per, last), Database: name})
+		m.Ranges = append(m.Ranges, shardmap.Range{VShards: fmt.Sprintf("%d-%d", i*per, last), Database: name})
 	}
 	return m
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -161,7 +162,7 @@ func TestConsoleInBrowser(t *testing.T) {
 // feedd runs.
 func leaveStuckDelivery(ctx context.Context, t *testing.T, dsn string) {
 	t.Helper()
-	st, err := store.Open(store.SingleShardMap(dsn))
+	st, err := store.Open(shardmap.Single(dsn))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,7 @@
-package store
+// Package shardmap is sharding.yaml: the databases of a deployment, which
+// virtual shards each owns, and how an id hashes to its virtual shard. It
+// needs no database and no domain knowledge.
+package shardmap
 
 import (
 	"cmp"
@@ -32,27 +35,28 @@ const (
 	DefaultWorkersConns = 16
 )
 
-// ShardMap is sharding.yaml: the databases and which virtual shards each owns.
-type ShardMap struct {
+// Map is sharding.yaml: the databases and which virtual shards each owns.
+type Map struct {
 	// VirtualShards is the fixed number of virtual shards, a power of two.
 	VirtualShards int `yaml:"virtual_shards"`
 	// Databases by name. A DSN may use ${VAR} to take secrets from the environment.
-	Databases map[string]DatabaseConfig `yaml:"databases"`
+	Databases map[string]Database `yaml:"databases"`
 	// Ranges assigns every virtual shard to exactly one database.
-	Ranges []RangeConfig `yaml:"ranges"`
+	Ranges []Range `yaml:"ranges"`
 	// InboxEngine is the engine of every database's inbox (empty: InnoDB).
 	// It comes from FEED_INBOX_ENGINE, not from the file: it is the
 	// deployment's, and the same for every database.
-	InboxEngine Engine `yaml:"-"`
+	// The store parses and checks it.
+	InboxEngine string `yaml:"-"`
 }
 
-// DatabaseConfig is one MySQL server (or schema) holding some virtual shards.
-type DatabaseConfig struct {
+// Database is one MySQL server (or schema) holding some virtual shards.
+type Database struct {
 	DSN         string      `yaml:"dsn"`
 	Connections Connections `yaml:"connections"`
 }
 
-// Connections sizes a database's pools, one per Class, in connections each
+// Connections sizes a database's pools, one per connection class, in connections each
 // feedd process opens at most; zero means the default.
 type Connections struct {
 	Read    int `yaml:"read"`
@@ -60,47 +64,47 @@ type Connections struct {
 	Workers int `yaml:"workers"`
 }
 
-// sizes returns the pool size of every class, defaults applied.
-func (c Connections) sizes() [numClasses]int {
-	var n [numClasses]int
-	n[Reads] = cmp.Or(c.Read, DefaultReadConns)
-	n[Writes] = cmp.Or(c.Write, DefaultWriteConns)
-	n[Workers] = cmp.Or(c.Workers, DefaultWorkersConns)
-	return n
+// WithDefaults returns c with every unset size set to its default.
+func (c Connections) WithDefaults() Connections {
+	return Connections{
+		Read:    cmp.Or(c.Read, DefaultReadConns),
+		Write:   cmp.Or(c.Write, DefaultWriteConns),
+		Workers: cmp.Or(c.Workers, DefaultWorkersConns),
+	}
 }
 
-// RangeConfig maps the inclusive virtual shard range "first-last" (or a single
+// Range maps the inclusive virtual shard range "first-last" (or a single
 // number) to a database.
-type RangeConfig struct {
+type Range struct {
 	VShards  string `yaml:"vshards"`
 	Database string `yaml:"database"`
 }
 
-// SingleShardMap puts every virtual shard on one database: the layout used
+// Single puts every virtual shard on one database: the layout used
 // when FEED_SHARDING is not set.
-func SingleShardMap(dsn string) *ShardMap {
-	return &ShardMap{
+func Single(dsn string) *Map {
+	return &Map{
 		VirtualShards: DefaultVirtualShards,
-		Databases:     map[string]DatabaseConfig{"main": {DSN: dsn}},
-		Ranges:        []RangeConfig{{VShards: fmt.Sprintf("0-%d", DefaultVirtualShards-1), Database: "main"}},
+		Databases:     map[string]Database{"main": {DSN: dsn}},
+		Ranges:        []Range{{VShards: fmt.Sprintf("0-%d", DefaultVirtualShards-1), Database: "main"}},
 	}
 }
 
-// LoadShardMap reads and validates a sharding.yaml, expanding ${VAR} in DSNs.
-func LoadShardMap(path string) (*ShardMap, error) {
+// Load reads and validates a sharding.yaml, expanding ${VAR} in DSNs.
+func Load(path string) (*Map, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("sharding: %w", err)
 	}
-	return ParseShardMap(b)
+	return Parse(b)
 }
 
-// ParseShardMap parses and validates sharding.yaml content. A database
+// Parse parses and validates sharding.yaml content. A database
 // may own no range: one a reshard is to move virtual shards to, or one it
 // emptied that still holds rows until cleanup. Running processes need
 // every database a reshard may route to listed.
-func ParseShardMap(b []byte) (*ShardMap, error) {
-	var m ShardMap
+func Parse(b []byte) (*Map, error) {
+	var m Map
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&m); err != nil {
@@ -128,7 +132,7 @@ func expandEnv(s string) string {
 
 // Owners validates the map and returns the database name of every
 // virtual shard, indexed by virtual shard.
-func (m *ShardMap) Owners() ([]string, error) {
+func (m *Map) Owners() ([]string, error) {
 	n := m.VirtualShards
 	if n < 1 || n > 1<<16 || bits.OnesCount(uint(n)) != 1 {
 		return nil, fmt.Errorf("sharding: virtual_shards must be a power of two in 1..65536, got %d", n)
@@ -211,4 +215,66 @@ func VirtualShard(id uint64, n int) int {
 		return 0
 	}
 	return int(KeyspaceID(id) >> (64 - bits.TrailingZeros(uint(n))))
+}
+
+// FormatLayout is the canonical text of a layout given the database of
+// every virtual shard.
+func FormatLayout(names []string) string {
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(len(names)))
+	for first := 0; first < len(names); {
+		last := first
+		for last+1 < len(names) && names[last+1] == names[first] {
+			last++
+		}
+		fmt.Fprintf(&b, " %d-%d=%s", first, last, names[first])
+		first = last + 1
+	}
+	return b.String()
+}
+
+// ParseLayout is the inverse of FormatLayout: the database of every
+// virtual shard.
+func ParseLayout(layout string) ([]string, error) {
+	fields := strings.Fields(layout)
+	if len(fields) == 0 {
+		return nil, fmt.Errorf("empty layout")
+	}
+	n, err := strconv.Atoi(fields[0])
+	if err != nil || n < 1 || n > 1<<16 {
+		return nil, fmt.Errorf("bad layout %q", layout)
+	}
+	names := make([]string, n)
+	for _, f := range fields[1:] {
+		r, name, ok := strings.Cut(f, "=")
+		first, last, err := parseRange(r)
+		if !ok || err != nil || last >= n {
+			return nil, fmt.Errorf("bad layout %q", layout)
+		}
+		for v := first; v <= last; v++ {
+			names[v] = name
+		}
+	}
+	return names, nil
+}
+
+// FromLayout is the map that places virtual shards as layout says, on the
+// databases of dsns (by name).
+func FromLayout(layout string, dsns map[string]string) (*Map, error) {
+	names, err := ParseLayout(layout)
+	if err != nil {
+		return nil, err
+	}
+	m := &Map{VirtualShards: len(names), Databases: map[string]Database{}}
+	for name, dsn := range dsns {
+		m.Databases[name] = Database{DSN: dsn}
+	}
+	for _, f := range strings.Fields(FormatLayout(names))[1:] {
+		r, name, _ := strings.Cut(f, "=")
+		if _, ok := m.Databases[name]; !ok {
+			return nil, fmt.Errorf("the layout places virtual shards on database %s, which the shard map lacks", name)
+		}
+		m.Ranges = append(m.Ranges, Range{VShards: r, Database: name})
+	}
+	return m, nil
 }

@@ -1,4 +1,4 @@
-package store_test
+package shardmap_test
 
 import (
 	"crypto/des"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
 )
 
 func TestParseShardMap(t *testing.T) {
@@ -152,7 +152,7 @@ ranges: [{vshards: "0-1", database: a}]`,
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			m, err := store.ParseShardMap([]byte(tt.yaml))
+			m, err := shardmap.Parse([]byte(tt.yaml))
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
@@ -185,7 +185,7 @@ func rangeYAML(vshards string) string {
 func TestParseShardMapExpandsEnv(t *testing.T) {
 	t.Setenv("FEED_TEST_SHARD_PASSWORD", "s3cret")
 	t.Setenv("FEED_TEST_SHARD_HOST", "db1.internal")
-	m, err := store.ParseShardMap([]byte(`
+	m, err := shardmap.Parse([]byte(`
 virtual_shards: 4
 databases:
   a: {dsn: "feed:${FEED_TEST_SHARD_PASSWORD}@tcp(${FEED_TEST_SHARD_HOST}:3306)/feed"}
@@ -209,32 +209,6 @@ ranges:
 	}
 }
 
-func TestSingleShardMap(t *testing.T) {
-	t.Parallel()
-	st, err := store.Open(store.SingleShardMap("u@tcp(127.0.0.1:1)/feed"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	if n := len(st.Shards()); n != 1 {
-		t.Fatalf("%d shards, want 1", n)
-	}
-	for _, id := range []uint64{1, 2, 1 << 40, 1<<64 - 1} {
-		if st.ShardOf(id) != st.Shards()[0] {
-			t.Errorf("id %d not on the only shard", id)
-		}
-	}
-}
-
-func TestOpenRejectsBadDSN(t *testing.T) {
-	t.Parallel()
-	for _, dsn := range []string{"u@tcp(h:3306)/", "not a dsn@@"} {
-		if _, err := store.Open(store.SingleShardMap(dsn)); err == nil {
-			t.Errorf("Open(%q) succeeded", dsn)
-		}
-	}
-}
-
 // The keyspace id must equal Vitess's hash vindex, so a later move to vtgate
 // keeps every row on its shard. Vectors from vitess
 // go/vt/vtgate/vindexes/hash_test.go.
@@ -252,7 +226,7 @@ func TestKeyspaceIDMatchesVitessHash(t *testing.T) {
 		{5, 0x70bb023c810ca87a},
 	}
 	for _, v := range vectors {
-		if got := store.KeyspaceID(v.id); got != v.want {
+		if got := shardmap.KeyspaceID(v.id); got != v.want {
 			t.Errorf("KeyspaceID(%d) = %#016x, want %#016x", v.id, got, v.want)
 		}
 	}
@@ -267,7 +241,7 @@ func TestKeyspaceIDMatchesVitessHash(t *testing.T) {
 		var in, out [8]byte
 		binary.BigEndian.PutUint64(in[:], id)
 		tdes.Encrypt(out[:], in[:])
-		if got, want := store.KeyspaceID(id), binary.BigEndian.Uint64(out[:]); got != want {
+		if got, want := shardmap.KeyspaceID(id), binary.BigEndian.Uint64(out[:]); got != want {
 			t.Errorf("KeyspaceID(%d) = %#016x, 3DES gives %#016x", id, got, want)
 		}
 	}
@@ -293,7 +267,7 @@ func TestVirtualShard(t *testing.T) {
 			{1, 2, 0},
 			{4, 65536, 0xd2fd},
 		} {
-			if got := store.VirtualShard(v.id, v.n); got != v.want {
+			if got := shardmap.VirtualShard(v.id, v.n); got != v.want {
 				t.Errorf("VirtualShard(%d, %d) = %d, want %d", v.id, v.n, got, v.want)
 			}
 		}
@@ -302,7 +276,7 @@ func TestVirtualShard(t *testing.T) {
 	t.Run("one virtual shard", func(t *testing.T) {
 		t.Parallel()
 		for _, id := range []uint64{0, 1, 4, 1<<64 - 1} {
-			if got := store.VirtualShard(id, 1); got != 0 {
+			if got := shardmap.VirtualShard(id, 1); got != 0 {
 				t.Errorf("VirtualShard(%d, 1) = %d", id, got)
 			}
 		}
@@ -312,7 +286,7 @@ func TestVirtualShard(t *testing.T) {
 		t.Parallel()
 		// Halving the count halves the virtual shard: ranges nest.
 		for id := uint64(1); id < 2000; id++ {
-			if a, b := store.VirtualShard(id, 1024), store.VirtualShard(id, 512); a/2 != b {
+			if a, b := shardmap.VirtualShard(id, 1024), shardmap.VirtualShard(id, 512); a/2 != b {
 				t.Fatalf("id %d: vshard %d of 1024 but %d of 512", id, a, b)
 			}
 		}
@@ -323,7 +297,7 @@ func TestVirtualShard(t *testing.T) {
 		const n, ids = 1024, 100_000
 		counts := make([]int, n)
 		for id := uint64(1); id <= ids; id++ {
-			v := store.VirtualShard(id, n)
+			v := shardmap.VirtualShard(id, n)
 			if v < 0 || v >= n {
 				t.Fatalf("VirtualShard(%d) = %d out of range", id, v)
 			}
