@@ -35,7 +35,7 @@ const maxDrainBytes = 16 << 20
 const statusClientClosed = 499
 
 // withDeadline runs each request under the deadline of its kind. Statements
-// past it are killed on the server (store's killConnector) and the client
+// past it are killed on the server (store/sqlconn's Connector) and the client
 // gets 503 with Retry-After (handleError). The route long, a stream, has
 // no deadline of its own: each of its reads and writes gets one.
 func withDeadline(read, write time.Duration, long string) echo.MiddlewareFunc {

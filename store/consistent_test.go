@@ -9,6 +9,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/sqlconn"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -67,7 +68,7 @@ func TestSnapshotSeesBothEngines(t *testing.T) {
 	}
 	defer func() { stop(); wg.Wait() }()
 	for i := range 5000 {
-		snap, err := store.OpenConsistentRead(ctx, db)
+		snap, err := sqlconn.OpenConsistentRead(ctx, db)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // Delivery states (deliveries.state).
@@ -189,7 +190,7 @@ func (s *Store) PlanDelivery(ctx context.Context, job DeliveryJob, opt PlanOptio
 			const cols = 12
 			for start := 0; start < len(args); start += cols * taskInsertChunk {
 				chunk := args[start:min(start+cols*taskInsertChunk, len(args))]
-				if _, err := tx.ExecContext(ctx, multiRowInsert(insertTasksHead, cols, len(chunk)/cols, ""), chunk...); err != nil {
+				if _, err := tx.ExecContext(ctx, sqlconn.MultiRowInsert(insertTasksHead, cols, len(chunk)/cols, ""), chunk...); err != nil {
 					return err
 				}
 			}

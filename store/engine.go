@@ -12,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // Engine is the storage engine of the inbox table. Every other table stays
@@ -392,7 +393,7 @@ func convertInbox(ctx context.Context, sh *Shard, e Engine, log *slog.Logger, pr
 			for _, r := range chunk {
 				args = append(args, r.args()...)
 			}
-			_, err := tx.ExecContext(ctx, multiRowInsert("INSERT IGNORE INTO "+convertTable+" ("+inboxCols+")", 11, len(chunk), ""), args...)
+			_, err := tx.ExecContext(ctx, sqlconn.MultiRowInsert("INSERT IGNORE INTO "+convertTable+" ("+inboxCols+")", 11, len(chunk), ""), args...)
 			return err
 		})
 		if err != nil {

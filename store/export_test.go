@@ -82,18 +82,8 @@ func NewestTime(times []int64, i int) int64 {
 	return newestTime(heads, i)
 }
 
-// ObserveStatements makes f see every statement the store's connections
-// send from now on; call it before any store opens.
-func ObserveStatements(f func(query string)) { statementHook = f }
-
 // OnTarget runs fn in the transaction a fan-out write to another database
 // than the author's runs in.
 func (s *Store) OnTarget(ctx context.Context, target *Shard, fn func(ctx context.Context, tx *sqlx.Tx) (int64, error)) (int64, error) {
 	return s.onTarget(ctx, target, BatchOptions{}, fn)
 }
-
-// The page's integer scan targets.
-type (
-	ScanUint = integer[uint64]
-	ScanInt  = integer[int64]
-)

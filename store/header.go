@@ -7,6 +7,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // Each user's range of the inbox ends in a header row at the key (maxTime,
@@ -46,7 +47,7 @@ const (
 // missing ones, in the order given (callers that lock several sort them, so
 // that concurrent lockers queue instead of deadlocking).
 func ensureHeaders(ctx context.Context, tx sqlx.ExecerContext, users ...uint64) error {
-	_, err := InsertRows(ctx, tx, ensureHeadersHead, 5, ensureHeadersTail, len(users), func(i int) []any {
+	_, err := sqlconn.InsertRows(ctx, tx, ensureHeadersHead, 5, ensureHeadersTail, len(users), func(i int) []any {
 		return headerRow(users[i])
 	})
 	return err
@@ -100,7 +101,7 @@ func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
 	// Its own transaction, for inTx's retries: on MyRocks, an upsert of
 	// many headers meets a concurrent locker's snapshot conflict.
 	err := sh.inTx(ctx, func(tx *sqlx.Tx) error {
-		_, err := InsertRows(ctx, tx, markPullsHead, 6, markPullsTail, len(users), func(i int) []any {
+		_, err := sqlconn.InsertRows(ctx, tx, markPullsHead, 6, markPullsTail, len(users), func(i int) []any {
 			return headerRow(users[i], 1)
 		})
 		return err
@@ -160,11 +161,11 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 	// One set of scan targets for every row: they escape to the heap
 	// through Scan, and a set per row would cost a page hundreds of allocations.
 	var (
-		src, t             integer[int64]
-		id, a              integer[uint64]
+		src, t             sqlconn.Int[int64]
+		id, a              sqlconn.Int[uint64]
 		k                  sql.RawBytes
-		ft, lr, act, p, fv sql.Null[integer[int64]]
-		fi                 sql.Null[integer[uint64]]
+		ft, lr, act, p, fv sql.Null[sqlconn.Int[int64]]
+		fi                 sql.Null[sqlconn.Int[uint64]]
 	)
 	dest := []any{&src, &t, &id, &a, &k, &ft, &fi, &lr, &act, &p, &fv}
 	snap.Inbox = make([]feed.Post, 0, limit)

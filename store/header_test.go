@@ -74,7 +74,7 @@ func TestReadFeedPullMark(t *testing.T) {
 
 func openStore(t *testing.T, m *shardmap.Map) *store.Store {
 	t.Helper()
-	st, err := store.Open(m)
+	st, err := store.Open(m, store.WithTrace(observe))
 	must(t, err)
 	t.Cleanup(func() { st.Close() })
 	return st

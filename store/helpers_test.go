@@ -42,7 +42,6 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	store.ObserveStatements(observe)
 	code := m.Run()
 	storetest.RemoveServerTemplate()
 	if report := checkRouting(); code == 0 && report != "" {
@@ -60,7 +59,7 @@ func newToken() uint64 { return tokens.Add(1) + 1000 }
 // newStore returns a migrated store on shards fresh databases.
 func newStore(t *testing.T, shards int) *store.Store {
 	t.Helper()
-	return storetest.NewStore(t, storetest.Options{Shards: shards})
+	return storetest.NewStore(t, storetest.Options{Shards: shards, Trace: observe})
 }
 
 // publish stores a post through PublishPost and fails the test unless it is new.

@@ -12,7 +12,15 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store/sqlconn"
 )
+
+// InboxRow is one inbox entry, a post as one user's feed holds it: as a
+// bound, the key deleteBelow cuts one user's inbox below.
+type InboxRow struct {
+	UserID uint64
+	feed.Post
+}
 
 // PullAuthor is a followed author whose outbox reads merge.
 type PullAuthor struct {
@@ -226,7 +234,7 @@ func cutInboxes(ctx context.Context, tx *sqlx.Tx, cuts map[uint64]feed.Key) (int
 		}
 		trimmed += n
 		if len(fargs) > 0 {
-			if _, err := tx.ExecContext(ctx, multiRowInsert(setFloorsHead, 7, len(fargs)/7, setFloorsTail), fargs...); err != nil {
+			if _, err := tx.ExecContext(ctx, sqlconn.MultiRowInsert(setFloorsHead, 7, len(fargs)/7, setFloorsTail), fargs...); err != nil {
 				return trimmed, err
 			}
 		}
@@ -350,7 +358,7 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 				return err
 			}
 		}
-		if res.Copied, err = InsertRows(ctx, tx, insertInboxHead, 5, "", len(copied), func(i int) []any {
+		if res.Copied, err = sqlconn.InsertRows(ctx, tx, insertInboxHead, 5, "", len(copied), func(i int) []any {
 			p := copied[i]
 			return []any{userID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind}
 		}); err != nil {

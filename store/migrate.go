@@ -12,6 +12,7 @@ import (
 
 	"github.com/feedhq/feed/migrations"
 	"github.com/feedhq/feed/store/shardmap"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // migrateLockName is the GET_LOCK name that serialises migrators of one
@@ -80,7 +81,7 @@ func (s *Store) migrate(ctx context.Context, log *slog.Logger, progress func(Con
 // for tools that reach databases outside a Store, such as the new ones of
 // a reshard.
 func MigrateDatabase(ctx context.Context, name, dsn string, e Engine, log *slog.Logger) error {
-	sh, err := openShard(name, shardmap.Database{DSN: dsn, Connections: shardmap.Connections{Read: 1, Write: 1, Workers: 2}}, noEpochs)
+	sh, err := openShard(name, shardmap.Database{DSN: dsn, Connections: shardmap.Connections{Read: 1, Write: 1, Workers: 2}}, sqlconn.Options{})
 	if err != nil {
 		return fmt.Errorf("store: database %q: %w", name, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // A viewer's replays list is what fan-out pushed of the followed hosts'
@@ -216,7 +217,7 @@ func copyReplays(ctx context.Context, sh *Shard, userID, hostID uint64, reps []f
 				floor = k
 			}
 		}
-		if copied, err = InsertRows(ctx, tx, insertReplaysHead, 4, "", len(reps), func(i int) []any {
+		if copied, err = sqlconn.InsertRows(ctx, tx, insertReplaysHead, 4, "", len(reps), func(i int) []any {
 			r := reps[i]
 			return []any{userID, *r.EndedAt, r.StreamID, r.HostID}
 		}); err != nil {

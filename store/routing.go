@@ -10,6 +10,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store/shardmap"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // routing is the layout a Store routes by: the epoch in force and the
@@ -122,42 +123,23 @@ func fenced(err error) bool {
 // the client's retry runs on the new layout.
 var errFenced = feed.Errorf(feed.EUNAVAILABLE, "the data moved to another database; retry")
 
-// epochSource gives each new connection the epoch it writes under.
-type epochSource struct {
-	current func() int64
-	fenced  func() // a write was refused: a newer epoch is in force
-}
-
-// noEpochs is the epoch source of connections that only migrate: they
-// write no keyed table.
-var noEpochs = epochSource{current: func() int64 { return 0 }, fenced: func() {}}
-
-// epochKey carries, in a write's context, the layout epoch it routes by.
-type epochKey struct{}
-
 // pin records in ctx the epoch the store routes by now, before a write
 // method chooses its databases: its connections then write under that
-// epoch (killConn), never a newer one. A database chosen by a layout the
+// epoch (sqlconn.WithEpoch), never a newer one. A database chosen by a layout the
 // process left a moment later is then fenced as stale, as it should be,
 // however long the write waits for a connection; one chosen by the newer
 // layout at worst gets a write refused and retried.
 func (s *Store) pin(ctx context.Context) context.Context {
-	if _, ok := pinnedEpoch(ctx); ok {
+	if _, ok := sqlconn.EpochOf(ctx); ok {
 		return ctx // pinned by the caller's caller
 	}
-	return context.WithValue(ctx, epochKey{}, s.Epoch())
+	return sqlconn.WithEpoch(ctx, s.Epoch())
 }
 
 // pinned is the epoch pin recorded in ctx, or the store's.
 func (s *Store) pinned(ctx context.Context) int64 {
-	if e, ok := pinnedEpoch(ctx); ok {
+	if e, ok := sqlconn.EpochOf(ctx); ok {
 		return e
 	}
 	return s.Epoch()
-}
-
-// pinnedEpoch is the epoch pin recorded in ctx, if any.
-func pinnedEpoch(ctx context.Context) (int64, bool) {
-	e, ok := ctx.Value(epochKey{}).(int64)
-	return e, ok
 }

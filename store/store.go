@@ -22,6 +22,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store/shardmap"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // Shard is one database holding a set of virtual shards, with its own pool.
@@ -34,7 +35,7 @@ type Shard struct {
 	pools [numClasses]*sqlx.DB
 	dsn   string
 	// conn opens DB's connections; closing it closes its kill pool.
-	conn *killConnector
+	conn *sqlconn.Connector
 
 	mu sync.Mutex // guards feedPage
 	// feedPage holds the hot reads, feedPageSQL and feedPagePullSQL, per
@@ -62,9 +63,19 @@ type Store struct {
 	engine    Engine
 }
 
+// Option is an option of Open.
+type Option func(*sqlconn.Options)
+
+// WithTrace makes f see every statement the store's connections send,
+// with its placeholders, before it is sent: what a statement audit, such
+// as the check that each filters on its sharding key, reads.
+func WithTrace(f func(query string)) Option {
+	return func(o *sqlconn.Options) { o.Trace = f }
+}
+
 // Open connects to every database of the map. It does not ping: use
 // CheckHealth (readiness) or Migrate to check the servers.
-func Open(m *shardmap.Map) (*Store, error) {
+func Open(m *shardmap.Map, opts ...Option) (*Store, error) {
 	names, err := m.Owners()
 	if err != nil {
 		return nil, err
@@ -76,9 +87,16 @@ func Open(m *shardmap.Map) (*Store, error) {
 	}
 	s := &Store{byName: byName, stale: make(chan struct{}, 1), engine: engine}
 	s.routes.Store(&routing{})
-	epochs := epochSource{current: s.Epoch, fenced: s.wake}
+	conn := sqlconn.Options{Epoch: s.Epoch, Refused: func(err error) {
+		if fenced(err) {
+			s.wake()
+		}
+	}}
+	for _, o := range opts {
+		o(&conn)
+	}
 	for name, cfg := range m.Databases {
-		sh, err := openShard(name, cfg, epochs)
+		sh, err := openShard(name, cfg, conn)
 		if err != nil {
 			s.Close()
 			return nil, fmt.Errorf("store: database %q: %w", name, err)
@@ -99,14 +117,14 @@ func Open(m *shardmap.Map) (*Store, error) {
 }
 
 // openShard opens a shard's pools, one per Class, whose statements are
-// killed on the server when their context ends (killConnector) and whose
-// connections write under the store's layout epoch.
-func openShard(name string, cfg shardmap.Database, epochs epochSource) (*Shard, error) {
+// killed on the server when their context ends (sqlconn.Connector) and
+// whose connections write under the store's layout epoch.
+func openShard(name string, cfg shardmap.Database, opt sqlconn.Options) (*Shard, error) {
 	mc, err := parseDSN(cfg.DSN)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := newKillConnector(mc, epochs)
+	conn, err := sqlconn.NewConnector(mc, opt)
 	if err != nil {
 		return nil, err
 	}
@@ -367,22 +385,3 @@ func wrap(op string, err error) error {
 // Conflict says whether err is a conflict with other writers that outlasted
 // the store's tries: contention, not a fault, and the caller may retry.
 func Conflict(err error) bool { return errors.Is(err, errConflicts) }
-
-// multiRowInsert returns "<head> VALUES (?,…),(?,…)…<tail>" for rows rows of
-// cols columns: the one place multi-row statements are built, from constant
-// text and placeholders only.
-func multiRowInsert(head string, cols, rows int, tail string) string {
-	tuple := "(" + strings.TrimSuffix(strings.Repeat("?,", cols), ",") + ")"
-	var b strings.Builder
-	b.Grow(len(head) + rows*(len(tuple)+1) + len(tail) + 8)
-	b.WriteString(head)
-	b.WriteString(" VALUES ")
-	for i := range rows {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(tuple)
-	}
-	b.WriteString(tail)
-	return b.String()
-}

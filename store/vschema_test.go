@@ -16,7 +16,7 @@ import (
 // the schema a vindex, and the statements the store sends must filter on
 // their tables' vindex columns, so that Vitess routes each to one shard.
 // The statements are those the store's connections actually sent during
-// this test binary's run (store.ObserveStatements, set in TestMain): the
+// this test binary's run (store.WithTrace, set by newStore and openStore): the
 // SQL is assembled from fragments, so the sent text, not the constants, is
 // what Vitess would see.
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // The ceilings: raw statements of the shapes the service runs, written here
@@ -27,7 +28,7 @@ const insertInboxHead = `INSERT IGNORE INTO inbox (user_id, publish_time, conten
 // writes, without the follow check, the task bookkeeping or trimming.
 // Returns the rows inserted.
 func insertInboxRows(ctx context.Context, db *sqlx.DB, rows []store.InboxRow) (int64, error) {
-	n, err := store.InsertRows(ctx, db, insertInboxHead, 5, "", len(rows), func(i int) []any {
+	n, err := sqlconn.InsertRows(ctx, db, insertInboxHead, 5, "", len(rows), func(i int) []any {
 		r := rows[i]
 		return []any{r.UserID, r.PublishTime, r.ContentID, r.AuthorID, r.Kind}
 	})

@@ -12,7 +12,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
-	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // Phase L's ids: hosts and viewers of their own, above every other phase's.
@@ -172,7 +172,7 @@ func (b *bench) loadLiveFollows(ctx context.Context, hosts, viewers int) error {
 		{`INSERT INTO following (user_id, author_id, followed_at)`, following},
 		{`INSERT INTO followers (author_id, user_id, followed_at)`, followers},
 	} {
-		if _, err := store.InsertRows(ctx, b.db, t.head, 3, "", len(t.rows), func(i int) []any { return t.rows[i] }); err != nil {
+		if _, err := sqlconn.InsertRows(ctx, b.db, t.head, 3, "", len(t.rows), func(i int) []any { return t.rows[i] }); err != nil {
 			return fmt.Errorf("L load follows: %w", err)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/reshard"
 	"github.com/feedhq/feed/store/shardmap"
+	"github.com/feedhq/feed/store/sqlconn"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -335,13 +336,13 @@ func (b *bench) loadReshardSource(ctx context.Context, src *store.Store) error {
 		p := b.data.loadedPost(i/inboxAuthors, i%inboxAuthors, o.ReshardInboxRows)
 		return []any{p.AuthorID, p.PublishTime, p.ContentID, p.Kind}, p.PublishTime
 	}
-	if _, err := store.InsertRows(ctx, db, loadPostsHead, 5, "", n, func(i int) []any {
+	if _, err := sqlconn.InsertRows(ctx, db, loadPostsHead, 5, "", n, func(i int) []any {
 		row, at := post(i)
 		return append(row, at)
 	}); err != nil {
 		return fmt.Errorf("load posts: %w", err)
 	}
-	if _, err := store.InsertRows(ctx, db, loadDeliveriesHead, 8, "", n, func(i int) []any {
+	if _, err := sqlconn.InsertRows(ctx, db, loadDeliveriesHead, 8, "", n, func(i int) []any {
 		row, at := post(i)
 		return []any{row[2], row[0], row[1], row[3], deliveryDone, len(users), len(users), at}
 	}); err != nil {

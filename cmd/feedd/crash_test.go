@@ -24,6 +24,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
+	"github.com/feedhq/feed/store/sqlconn"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -312,7 +313,7 @@ func snapshotFanout(t *testing.T, db *sql.DB, contentID uint64) fanoutSnapshot {
 	// the inbox in RocksDB and the progress in InnoDB, a plain transaction
 	// takes each engine's snapshot at its first read there, so that commit
 	// could land between them; WITH CONSISTENT SNAPSHOT takes both at once.
-	conn, err := store.OpenConsistentRead(ctx, sqlx.NewDb(db, "mysql"))
+	conn, err := sqlconn.OpenConsistentRead(ctx, sqlx.NewDb(db, "mysql"))
 	if err != nil {
 		t.Fatal(err)
 	}

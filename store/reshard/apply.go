@@ -17,6 +17,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // Plan is what a reshard would move: rows per table, and how fast this
@@ -420,7 +421,7 @@ func (r *Reshard) settleClaimable(ctx context.Context, name string, tables map[s
 		for owner, rows := range byOwner {
 			for chunk := range slices.Chunk(rows, r.opt.BatchSize) {
 				if err := retryLocked(ctx, func() error {
-					_, err := store.InsertRows(ctx, r.dbs[owner], head, len(t.cols), "", len(chunk), func(i int) []any { return chunk[i] })
+					_, err := sqlconn.InsertRows(ctx, r.dbs[owner], head, len(t.cols), "", len(chunk), func(i int) []any { return chunk[i] })
 					return err
 				}); err != nil {
 					return fmt.Errorf("reshard: database %s: %s: %w", owner, t.name, err)
@@ -461,7 +462,7 @@ func (r *Reshard) copy(ctx context.Context) error {
 			return nil
 		}
 		head := "INSERT IGNORE INTO `" + b.t.name + "` (" + quoted(b.t.cols) + ")"
-		_, err := store.InsertRows(ctx, r.dbs[to], head, len(b.t.cols), "", b.n, func(i int) []any {
+		_, err := sqlconn.InsertRows(ctx, r.dbs[to], head, len(b.t.cols), "", b.n, func(i int) []any {
 			return b.rows[i*len(b.t.cols) : (i+1)*len(b.t.cols)]
 		})
 		b.rows, b.n = b.rows[:0], 0

@@ -12,6 +12,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // Writes go on while a reshard copies. Triggers capture them: on the
@@ -280,7 +281,7 @@ func (r *Reshard) drain(ctx context.Context, name string, tables map[string]tabl
 // both or in neither, so an entry is never applied before its row shows
 // (docs/SHARDING.md, "Capturing writes").
 func (r *Reshard) drainPass(ctx context.Context, name string, tables map[string]table, out *drained) ([]change, error) {
-	snap, err := store.OpenConsistentRead(ctx, r.dbs[name])
+	snap, err := sqlconn.OpenConsistentRead(ctx, r.dbs[name])
 	if err != nil {
 		return nil, err
 	}
@@ -367,7 +368,7 @@ func (r *Reshard) resync(ctx context.Context, t table, from sqlx.QueryerContext,
 	if len(found) > 0 {
 		rows := slices.Collect(maps.Values(found))
 		head := "REPLACE INTO `" + t.name + "` (" + quoted(t.cols) + ")"
-		if _, err := store.InsertRows(ctx, r.dbs[to], head, len(t.cols), "", len(rows), func(i int) []any { return rows[i] }); err != nil {
+		if _, err := sqlconn.InsertRows(ctx, r.dbs[to], head, len(t.cols), "", len(rows), func(i int) []any { return rows[i] }); err != nil {
 			return 0, err
 		}
 	}

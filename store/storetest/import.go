@@ -6,6 +6,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // The importers load graphs and reader state straight into the tables, for
@@ -49,13 +50,13 @@ func ImportFollowers(ctx context.Context, st *store.Store, authorID uint64, user
 		pull, mode = store.PullBelowActive, store.AuthorPull
 	}
 	for sh, ids := range byShard(st, users) {
-		if _, err := store.InsertRows(ctx, sh.DB, importFollowing, 4, "", len(ids), func(i int) []any {
+		if _, err := sqlconn.InsertRows(ctx, sh.DB, importFollowing, 4, "", len(ids), func(i int) []any {
 			return []any{ids[i], authorID, followedAt, pull}
 		}); err != nil {
 			return fmt.Errorf("storetest: import followers: %w", err)
 		}
 		if pullMode {
-			if _, err := store.InsertRows(ctx, sh.DB, markPullsHead, 6, markPullsTail, len(ids), func(i int) []any {
+			if _, err := sqlconn.InsertRows(ctx, sh.DB, markPullsHead, 6, markPullsTail, len(ids), func(i int) []any {
 				return []any{ids[i], store.Top.PublishTime, store.Top.ContentID, 0, "", 1}
 			}); err != nil {
 				return fmt.Errorf("storetest: import followers: %w", err)
@@ -67,7 +68,7 @@ func ImportFollowers(ctx context.Context, st *store.Store, authorID uint64, user
 		return fmt.Errorf("storetest: import followers: %w", err)
 	}
 	defer tx.Rollback()
-	added, err := store.InsertRows(ctx, tx, importFollowers, 3, "", len(users), func(i int) []any {
+	added, err := sqlconn.InsertRows(ctx, tx, importFollowers, 3, "", len(users), func(i int) []any {
 		return []any{authorID, users[i], followedAt}
 	})
 	if err == nil {
@@ -98,7 +99,7 @@ func ImportActivity(ctx context.Context, st *store.Store, users []uint64, lastRe
 		ft, fi = floor.PublishTime, floor.ContentID
 	}
 	for sh, ids := range byShard(st, users) {
-		if _, err := store.InsertRows(ctx, sh.DB, importActivityHead, 9, importActivityTail, len(ids), func(i int) []any {
+		if _, err := sqlconn.InsertRows(ctx, sh.DB, importActivityHead, 9, importActivityTail, len(ids), func(i int) []any {
 			return []any{ids[i], store.Top.PublishTime, store.Top.ContentID, 0, "", lastReadAt, activeSince, ft, fi}
 		}); err != nil {
 			return fmt.Errorf("storetest: import activity: %w", err)
@@ -114,7 +115,7 @@ const importMutesHead = `INSERT IGNORE INTO mutes (user_id, author_id, muted_at)
 // follow.
 func ImportMutes(ctx context.Context, st *store.Store, users []uint64, first uint64, n int, mutedAt int64) error {
 	for sh, ids := range byShard(st, users) {
-		if _, err := store.InsertRows(ctx, sh.DB, importMutesHead, 3, "", len(ids)*n, func(i int) []any {
+		if _, err := sqlconn.InsertRows(ctx, sh.DB, importMutesHead, 3, "", len(ids)*n, func(i int) []any {
 			return []any{ids[i/n], first + uint64(i%n), mutedAt}
 		}); err != nil {
 			return fmt.Errorf("storetest: import mutes: %w", err)

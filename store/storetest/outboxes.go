@@ -6,6 +6,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // Importers for readers of many authors: deep scrolls need thousands of
@@ -33,12 +34,12 @@ func ImportPosts(ctx context.Context, st *store.Store, posts []feed.Post, create
 		byShard[sh] = append(byShard[sh], p)
 	}
 	for sh, ps := range byShard {
-		if _, err := store.InsertRows(ctx, sh.DB, importPostsHead, 5, "", len(ps), func(i int) []any {
+		if _, err := sqlconn.InsertRows(ctx, sh.DB, importPostsHead, 5, "", len(ps), func(i int) []any {
 			return []any{ps[i].AuthorID, ps[i].PublishTime, ps[i].ContentID, ps[i].Kind, createdAt}
 		}); err != nil {
 			return fmt.Errorf("storetest: import posts: %w", err)
 		}
-		if _, err := store.InsertRows(ctx, sh.DB, importDeliveriesHead, 8, "", len(ps), func(i int) []any {
+		if _, err := sqlconn.InsertRows(ctx, sh.DB, importDeliveriesHead, 8, "", len(ps), func(i int) []any {
 			return []any{ps[i].ContentID, ps[i].AuthorID, ps[i].PublishTime, ps[i].Kind, deliveryDone, 0, 0, createdAt}
 		}); err != nil {
 			return fmt.Errorf("storetest: import posts: %w", err)
@@ -56,7 +57,7 @@ func ImportFollowing(ctx context.Context, st *store.Store, userID uint64, author
 	if err := ImportInbox(ctx, st, userID, []feed.Post{header}); err != nil {
 		return err
 	}
-	if _, err := store.InsertRows(ctx, sh.DB, importFollowing, 4, "", len(authors), func(i int) []any {
+	if _, err := sqlconn.InsertRows(ctx, sh.DB, importFollowing, 4, "", len(authors), func(i int) []any {
 		return []any{userID, authors[i], followedAt, 0}
 	}); err != nil {
 		return fmt.Errorf("storetest: import following: %w", err)
@@ -65,12 +66,12 @@ func ImportFollowing(ctx context.Context, st *store.Store, userID uint64, author
 		return fmt.Errorf("storetest: import following: %w", err)
 	}
 	for ash, ids := range byShard(st, authors) {
-		if _, err := store.InsertRows(ctx, ash.DB, importFollowers, 3, "", len(ids), func(i int) []any {
+		if _, err := sqlconn.InsertRows(ctx, ash.DB, importFollowers, 3, "", len(ids), func(i int) []any {
 			return []any{ids[i], userID, followedAt}
 		}); err != nil {
 			return fmt.Errorf("storetest: import following: %w", err)
 		}
-		if _, err := store.InsertRows(ctx, ash.DB, importAuthorsHead, 2, importAuthorsTail, len(ids), func(i int) []any {
+		if _, err := sqlconn.InsertRows(ctx, ash.DB, importAuthorsHead, 2, importAuthorsTail, len(ids), func(i int) []any {
 			return []any{ids[i], 1}
 		}); err != nil {
 			return fmt.Errorf("storetest: import following: %w", err)
@@ -82,7 +83,7 @@ func ImportFollowing(ctx context.Context, st *store.Store, userID uint64, author
 // ImportInbox writes entries into the user's inbox, as fan-out would have
 // pushed them, leaving those it holds already; the floor is ImportActivity's.
 func ImportInbox(ctx context.Context, st *store.Store, userID uint64, posts []feed.Post) error {
-	if _, err := store.InsertRows(ctx, st.ShardOf(userID).DB, importInboxHead, 5, "", len(posts), func(i int) []any {
+	if _, err := sqlconn.InsertRows(ctx, st.ShardOf(userID).DB, importInboxHead, 5, "", len(posts), func(i int) []any {
 		return []any{userID, posts[i].PublishTime, posts[i].ContentID, posts[i].AuthorID, posts[i].Kind}
 	}); err != nil {
 		return fmt.Errorf("storetest: import inbox: %w", err)

@@ -181,12 +181,18 @@ type Options struct {
 	// Vars are server variables every connection sets (go-sql-driver sends
 	// DSN parameters it does not know as SET name=value).
 	Vars map[string]string
+	// Trace, if set, sees every statement the store sends (store.WithTrace).
+	Trace func(query string)
 }
 
 // NewStore returns a migrated store on fresh databases, closed when the test ends.
 func NewStore(t testing.TB, opt Options) *store.Store {
 	t.Helper()
-	st, err := store.Open(NewShardMap(t, opt))
+	var opts []store.Option
+	if opt.Trace != nil {
+		opts = append(opts, store.WithTrace(opt.Trace))
+	}
+	st, err := store.Open(NewShardMap(t, opt), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,8 @@
-package store
+// Package sqlconn is the store's connection plumbing, which knows no table:
+// a connector whose statements are killed on the server when their context
+// ends and whose connections write under an epoch, consistent snapshot
+// reads, multi-row inserts and integer scans.
+package sqlconn
 
 import (
 	"cmp"
@@ -21,14 +25,35 @@ const killTimeout = 2 * time.Second
 // The driver answers a cancelled context by closing its connection, which
 // frees the caller but not the server: a statement waiting for a lock (a
 // backup's FLUSH TABLES WITH READ LOCK, a long DDL) goes on waiting, and an
-// autocommit write would still run once the lock is released. killConnector
+// autocommit write would still run once the lock is released. Connector
 // makes every statement whose context ends while it runs be cancelled on the
 // server too, with KILL QUERY sent over a small pool of its own, so a request
 // past its deadline leaves nothing behind on the server.
-type killConnector struct {
+type Connector struct {
 	driver.Connector
 	killer *sql.DB
-	epochs epochSource
+	opt    Options
+}
+
+// Options are what a Connector asks of its owner.
+type Options struct {
+	// Epoch is the epoch a new connection writes under (the session
+	// variable @feed_epoch, which the layout fence compares). A connection
+	// whose epoch is no longer Epoch's is not reused. Nil: always 0.
+	Epoch func() int64
+	// Refused is told of every error a write returned, so the owner can
+	// tell a write a fence refused (nil: nobody is told).
+	Refused func(err error)
+	// Trace, if set, sees every statement the connections send, with its
+	// placeholders, before it is sent.
+	Trace func(query string)
+}
+
+func (o Options) epoch() int64 {
+	if o.Epoch == nil {
+		return 0
+	}
+	return o.Epoch()
 }
 
 // rawConn is what the MySQL driver's connections implement and the pool
@@ -53,9 +78,9 @@ type rawStmt interface {
 	driver.NamedValueChecker
 }
 
-// newKillConnector returns a connector for dsn whose statements are killed
-// on the server when their context ends.
-func newKillConnector(cfg *mysql.Config, epochs epochSource) (*killConnector, error) {
+// NewConnector returns a connector for cfg whose statements are killed on
+// the server when their context ends.
+func NewConnector(cfg *mysql.Config, opt Options) (*Connector, error) {
 	cfg = cfg.Clone()
 	cfg.DialFunc = dialCaptured
 	c, err := mysql.NewConnector(cfg)
@@ -65,7 +90,7 @@ func newKillConnector(cfg *mysql.Config, epochs epochSource) (*killConnector, er
 	killer := sql.OpenDB(c)
 	killer.SetMaxOpenConns(2)
 	killer.SetMaxIdleConns(1)
-	return &killConnector{Connector: c, killer: killer, epochs: epochs}, nil
+	return &Connector{Connector: c, killer: killer, opt: opt}, nil
 }
 
 // dialKey carries, in the context of Connect, where dialCaptured leaves the
@@ -88,7 +113,7 @@ func dialCaptured(ctx context.Context, network, addr string) (net.Conn, error) {
 
 // Connect opens a connection and learns its server-side id, one round trip
 // per connection, so that a kill needs no lookup.
-func (k *killConnector) Connect(ctx context.Context) (driver.Conn, error) {
+func (k *Connector) Connect(ctx context.Context) (driver.Conn, error) {
 	var sock net.Conn
 	conn, err := k.Connector.Connect(context.WithValue(ctx, dialKey{}, &sock))
 	if err != nil {
@@ -97,7 +122,7 @@ func (k *killConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	raw, ok := conn.(rawConn)
 	if !ok {
 		conn.Close()
-		return nil, fmt.Errorf("store: driver connection %T lacks context support", conn)
+		return nil, fmt.Errorf("sqlconn: driver connection %T lacks context support", conn)
 	}
 	id, err := connectionID(ctx, raw)
 	if err != nil {
@@ -106,16 +131,16 @@ func (k *killConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	}
 	// The layout fence (layout_fence) compares this with the epoch a
 	// database takes writes under.
-	epoch := k.epochs.current()
+	epoch := k.opt.epoch()
 	if _, err := raw.ExecContext(ctx, "SET @feed_epoch = "+strconv.FormatInt(epoch, 10), nil); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	return &killConn{raw: raw, id: id, killer: k.killer, sock: sock, epoch: epoch, epochs: k.epochs}, nil
+	return &killConn{raw: raw, id: id, killer: k.killer, sock: sock, epoch: epoch, opt: &k.opt}, nil
 }
 
 // Close closes the kill pool.
-func (k *killConnector) Close() error { return k.killer.Close() }
+func (k *Connector) Close() error { return k.killer.Close() }
 
 func connectionID(ctx context.Context, c rawConn) (uint64, error) {
 	rows, err := c.QueryContext(ctx, "SELECT CONNECTION_ID()", nil)
@@ -125,7 +150,7 @@ func connectionID(ctx context.Context, c rawConn) (uint64, error) {
 	defer rows.Close()
 	dest := make([]driver.Value, 1)
 	if err := rows.Next(dest); err != nil {
-		return 0, fmt.Errorf("store: connection id: %w", err)
+		return 0, fmt.Errorf("sqlconn: connection id: %w", err)
 	}
 	switch v := dest[0].(type) {
 	case int64:
@@ -135,7 +160,7 @@ func connectionID(ctx context.Context, c rawConn) (uint64, error) {
 	case []byte:
 		return strconv.ParseUint(string(v), 10, 64)
 	}
-	return 0, fmt.Errorf("store: connection id of type %T", dest[0])
+	return 0, fmt.Errorf("sqlconn: connection id of type %T", dest[0])
 }
 
 // killConn is a driver connection whose statements are watched.
@@ -151,19 +176,19 @@ type killConn struct {
 	sock net.Conn
 	// epoch is the layout epoch the connection writes under (@feed_epoch):
 	// once the store routes by a newer one the connection is not reused.
-	epoch  int64
-	epochs epochSource
+	epoch int64
+	opt   *Options
 }
 
 // stale says whether the store routes by a newer epoch than the
 // connection writes under.
-func (c *killConn) stale() bool { return c.epoch != c.epochs.current() }
+func (c *killConn) stale() bool { return c.epoch != c.opt.epoch() }
 
 // follow makes the connection write under the epoch pinned in ctx
-// (Store.pin), if it writes under another: the epoch its write chose its
+// (WithEpoch), if it writes under another: the epoch its write chose its
 // database by. The connection is then stale, and not reused.
 func (c *killConn) follow(ctx context.Context) error {
-	e, ok := pinnedEpoch(ctx)
+	e, ok := EpochOf(ctx)
 	if !ok || e == c.epoch {
 		return nil
 	}
@@ -174,10 +199,17 @@ func (c *killConn) follow(ctx context.Context) error {
 	return nil
 }
 
-// checkFenced tells the store of a write a layout fence refused.
-func (c *killConn) checkFenced(err error) {
-	if err != nil && fenced(err) {
-		c.epochs.fenced()
+// refused tells the owner of a write's error.
+func (c *killConn) refused(err error) {
+	if err != nil && c.opt.Refused != nil {
+		c.opt.Refused(err)
+	}
+}
+
+// trace shows the owner a statement about to be sent.
+func (c *killConn) trace(query string) {
+	if c.opt.Trace != nil {
+		c.opt.Trace(query)
 	}
 }
 
@@ -203,21 +235,14 @@ func (c *killConn) watch(ctx context.Context) (stop func()) {
 	}
 }
 
-// statementHook, when a test sets it before any store opens, sees every
-// statement the store's connections send, with its placeholders: the
-// Vitess test checks from them that each filters on its sharding key.
-var statementHook func(query string)
-
 func (c *killConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if statementHook != nil {
-		statementHook(query)
-	}
+	c.trace(query)
 	defer c.watch(ctx)()
 	if err := c.follow(ctx); err != nil {
 		return nil, err
 	}
 	r, err := c.raw.ExecContext(ctx, query, args)
-	c.checkFenced(err)
+	c.refused(err)
 	return r, err
 }
 
@@ -225,17 +250,13 @@ func (c *killConn) ExecContext(ctx context.Context, query string, args []driver.
 // is where lock waits happen; once rows stream, the driver's own close of
 // the connection on cancel ends the statement.
 func (c *killConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	if statementHook != nil {
-		statementHook(query)
-	}
+	c.trace(query)
 	defer c.watch(ctx)()
 	return c.raw.QueryContext(ctx, query, args)
 }
 
 func (c *killConn) PrepareContext(ctx context.Context, query string) (driver.Stmt, error) {
-	if statementHook != nil {
-		statementHook(query)
-	}
+	c.trace(query)
 	st, err := c.raw.PrepareContext(ctx, query)
 	if err != nil {
 		return nil, err
@@ -243,7 +264,7 @@ func (c *killConn) PrepareContext(ctx context.Context, query string) (driver.Stm
 	raw, ok := st.(rawStmt)
 	if !ok {
 		st.Close()
-		return nil, fmt.Errorf("store: driver statement %T lacks context support", st)
+		return nil, fmt.Errorf("sqlconn: driver statement %T lacks context support", st)
 	}
 	return &killStmt{raw: raw, conn: c}, nil
 }
@@ -305,8 +326,8 @@ func (s *killStmt) NumInput() int                               { return s.raw.N
 func (s *killStmt) CheckNamedValue(nv *driver.NamedValue) error { return s.raw.CheckNamedValue(nv) }
 
 // Exec and Query complete driver.Stmt; database/sql calls the context forms.
-func (s *killStmt) Exec(args []driver.Value) (driver.Result, error) { return s.raw.Exec(args) }  //nolint:staticcheck
-func (s *killStmt) Query(args []driver.Value) (driver.Rows, error)  { return s.raw.Query(args) } //nolint:staticcheck
+func (s *killStmt) Exec(args []driver.Value) (driver.Result, error) { return s.raw.Exec(args) }  //lint:ignore SA1019 database/sql calls the context forms
+func (s *killStmt) Query(args []driver.Value) (driver.Rows, error)  { return s.raw.Query(args) } //lint:ignore SA1019 database/sql calls the context forms
 
 type killTx struct {
 	raw  driver.Tx
@@ -346,4 +367,20 @@ func (t *killTx) end(f func() error) error {
 	}
 	stop()
 	return err
+}
+
+// epochKey carries, in a write's context, the epoch its connections write under.
+type epochKey struct{}
+
+// WithEpoch returns ctx whose statements run on connections that write
+// under epoch e: one that writes under another first sets it, and is not
+// reused afterwards.
+func WithEpoch(ctx context.Context, e int64) context.Context {
+	return context.WithValue(ctx, epochKey{}, e)
+}
+
+// EpochOf is the epoch WithEpoch recorded in ctx, if any.
+func EpochOf(ctx context.Context) (int64, bool) {
+	e, ok := ctx.Value(epochKey{}).(int64)
+	return e, ok
 }

@@ -1,10 +1,10 @@
-package store_test
+package sqlconn_test
 
 import (
 	"math"
 	"testing"
 
-	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // TestScanIntegers covers what the driver hands over: int64 or uint64, or
@@ -20,9 +20,9 @@ func TestScanIntegers(t *testing.T) {
 		{[]byte("18446744073709551615"), math.MaxUint64},
 		{"7", 7},
 	} {
-		var u store.ScanUint
+		var u sqlconn.Int[uint64]
 		if err := u.Scan(c.src); err != nil || u.V != c.want {
-			t.Errorf("ScanUint.Scan(%#v) = %d, %v; want %d", c.src, u.V, err, c.want)
+			t.Errorf("Int[uint64].Scan(%#v) = %d, %v; want %d", c.src, u.V, err, c.want)
 		}
 	}
 	for _, c := range []struct {
@@ -33,23 +33,23 @@ func TestScanIntegers(t *testing.T) {
 		{[]byte("9223372036854775807"), math.MaxInt64},
 		{"-1", -1},
 	} {
-		var i store.ScanInt
+		var i sqlconn.Int[int64]
 		if err := i.Scan(c.src); err != nil || i.V != c.want {
-			t.Errorf("ScanInt.Scan(%#v) = %d, %v; want %d", c.src, i.V, err, c.want)
+			t.Errorf("Int[int64].Scan(%#v) = %d, %v; want %d", c.src, i.V, err, c.want)
 		}
 	}
-	var u store.ScanUint
+	var u sqlconn.Int[uint64]
 	if err := u.Scan(1.5); err == nil {
-		t.Error("ScanUint.Scan(1.5): no error")
+		t.Error("Int[uint64].Scan(1.5): no error")
 	}
 	if err := u.Scan([]byte("-1")); err == nil {
-		t.Error(`ScanUint.Scan("-1"): no error`)
+		t.Error(`Int[uint64].Scan("-1"): no error`)
 	}
 	if err := u.Scan(int64(-1)); err == nil {
-		t.Error("ScanUint.Scan(int64(-1)): no error")
+		t.Error("Int[uint64].Scan(int64(-1)): no error")
 	}
-	var i store.ScanInt
+	var i sqlconn.Int[int64]
 	if err := i.Scan(uint64(math.MaxUint64)); err == nil {
-		t.Error("ScanInt.Scan(uint64(math.MaxUint64)): no error")
+		t.Error("Int[int64].Scan(uint64(math.MaxUint64)): no error")
 	}
 }

@@ -1,19 +1,11 @@
-package store
+package sqlconn
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jmoiron/sqlx"
-
-	"github.com/feedhq/feed"
 )
-
-// InboxRow is one inbox entry, a post as one user's feed holds it: as a
-// bound, the key deleteBelow cuts one user's inbox below.
-type InboxRow struct {
-	UserID uint64
-	feed.Post
-}
 
 // bulkChunk bounds the rows of one multi-row statement.
 const bulkChunk = 1000
@@ -30,7 +22,7 @@ func InsertRows(ctx context.Context, db sqlx.ExecerContext, head string, cols in
 		for i := start; i < end; i++ {
 			args = append(args, row(i)...)
 		}
-		r, err := db.ExecContext(ctx, multiRowInsert(head, cols, end-start, tail), args...)
+		r, err := db.ExecContext(ctx, MultiRowInsert(head, cols, end-start, tail), args...)
 		if err != nil {
 			return total, err
 		}
@@ -41,4 +33,23 @@ func InsertRows(ctx context.Context, db sqlx.ExecerContext, head string, cols in
 		total += k
 	}
 	return total, nil
+}
+
+// MultiRowInsert returns "<head> VALUES (?,…),(?,…)…<tail>" for rows rows of
+// cols columns: the one place multi-row statements are built, from constant
+// text and placeholders only.
+func MultiRowInsert(head string, cols, rows int, tail string) string {
+	tuple := "(" + strings.TrimSuffix(strings.Repeat("?,", cols), ",") + ")"
+	var b strings.Builder
+	b.Grow(len(head) + rows*(len(tuple)+1) + len(tail) + 8)
+	b.WriteString(head)
+	b.WriteString(" VALUES ")
+	for i := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(tuple)
+	}
+	b.WriteString(tail)
+	return b.String()
 }
