@@ -1,6 +1,10 @@
 package store
 
-import "context"
+import (
+	"context"
+
+	"github.com/jmoiron/sqlx"
+)
 
 // Backlog counts queued work over all shards.
 type Backlog struct {
@@ -36,4 +40,11 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 		total.Switches += b.Switches
 	}
 	return total, nil
+}
+
+// Backlog returns the work queued on the shard (Store.Backlog sums them).
+func (sh *Shard) Backlog(ctx context.Context) (Backlog, error) {
+	var b Backlog
+	err := sqlx.GetContext(ctx, sh.pool(ctx), &b, backlogSQL)
+	return b, wrap("backlog", err)
 }

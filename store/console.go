@@ -2,13 +2,10 @@ package store
 
 import (
 	"context"
-	"fmt"
-	"strings"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
-	"github.com/feedhq/feed/store/shardmap"
 )
 
 // The reads of the operator's console: what each database holds and queues,
@@ -41,13 +38,6 @@ func (sh *Shard) TableSizes(ctx context.Context) (map[string]TableSize, error) {
 		out[r.Name] = r.TableSize
 	}
 	return out, nil
-}
-
-// Backlog returns the work queued on the shard (Store.Backlog sums them).
-func (sh *Shard) Backlog(ctx context.Context) (Backlog, error) {
-	var b Backlog
-	err := sqlx.GetContext(ctx, sh.pool(ctx), &b, backlogSQL)
-	return b, wrap("backlog", err)
 }
 
 // DeliveryRow is a delivery as the console lists it. Delivered sums the
@@ -160,86 +150,6 @@ func (s *Store) RetryTask(ctx context.Context, authorID, contentID uint64, seq i
 		return feed.Errorf(feed.ENOTFOUND, "no unfinished task %d of post %d of author %d", seq, contentID, authorID)
 	}
 	return nil
-}
-
-// InboxHolds says which of keys the user's inbox holds: those items of a
-// page were pushed, the others merged from outboxes when it was read.
-func (s *Store) InboxHolds(ctx context.Context, userID uint64, keys []feed.Key) (map[feed.Key]bool, error) {
-	out := map[feed.Key]bool{}
-	if len(keys) == 0 {
-		return out, nil
-	}
-	q := "SELECT publish_time, content_id FROM inbox WHERE user_id = ? AND " + keyIn([]string{"publish_time", "content_id"}, len(keys))
-	args := []any{userID}
-	for _, k := range keys {
-		args = append(args, k.PublishTime, k.ContentID)
-	}
-	var found []struct {
-		PublishTime int64  `db:"publish_time"`
-		ContentID   uint64 `db:"content_id"`
-	}
-	if err := sqlx.SelectContext(ctx, s.ShardOf(userID).pool(ctx), &found, q, args...); err != nil {
-		return nil, wrap("inbox holds", err)
-	}
-	for _, k := range found {
-		out[feed.Key{PublishTime: k.PublishTime, ContentID: k.ContentID}] = true
-	}
-	return out, nil
-}
-
-// AuthorInfo is an author's fan-out mode and follower count.
-type AuthorInfo struct {
-	AuthorID  uint64 `db:"author_id"`
-	Followers int64  `db:"follower_count"`
-	Mode      int    `db:"mode"` // AuthorPush, AuthorSwitching or AuthorPull
-}
-
-const authorInfoSQL = `SELECT author_id, follower_count, mode FROM authors WHERE author_id IN (?)`
-
-// AuthorInfos returns what the authors' databases record of each author;
-// an author nobody followed yet has no row and is missing from the map.
-func (s *Store) AuthorInfos(ctx context.Context, ids []uint64) (map[uint64]AuthorInfo, error) {
-	out := map[uint64]AuthorInfo{}
-	for sh, part := range s.groupByShard(ids) {
-		q, args, err := sqlx.In(authorInfoSQL, part)
-		if err != nil {
-			return nil, err
-		}
-		var rows []AuthorInfo
-		if err := sqlx.SelectContext(ctx, sh.pool(ctx), &rows, q, args...); err != nil {
-			return nil, wrap("author infos", err)
-		}
-		for _, r := range rows {
-			out[r.AuthorID] = r
-		}
-	}
-	return out, nil
-}
-
-// MapFor returns the shard map that places virtual shards as layout says,
-// on the store's databases.
-func (s *Store) MapFor(layout string) (*shardmap.Map, error) {
-	dsns := map[string]string{}
-	for _, sh := range s.shards {
-		dsns[sh.Name] = sh.dsn
-	}
-	m, err := shardmap.FromLayout(layout, dsns)
-	if err != nil {
-		return nil, fmt.Errorf("store: %w", err)
-	}
-	return m, nil
-}
-
-// Ranges returns the runs of virtual shards the layout in force gives sh,
-// as "first-last".
-func (s *Store) Ranges(sh *Shard) []string {
-	var out []string
-	for _, f := range strings.Fields(s.Layout())[1:] {
-		if r, name, _ := strings.Cut(f, "="); name == sh.Name {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // ReshardMark is a database's record of a reshard under way.

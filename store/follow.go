@@ -20,13 +20,6 @@ const (
 	PullPending = 2
 )
 
-// Author modes (authors.mode).
-const (
-	AuthorPush      = 0
-	AuthorSwitching = 1
-	AuthorPull      = 2
-)
-
 const isFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ? AND author_id = ?`
 
 const countFollowingSQL = `SELECT COUNT(*) FROM following WHERE user_id = ?`
@@ -152,18 +145,6 @@ func (s *Store) ListFollowing(ctx context.Context, userID, after uint64, limit i
 	return out, wrap("list following", err)
 }
 
-const listFollowersSQL = `SELECT user_id, author_id, followed_at FROM followers
-WHERE author_id = ? AND user_id > ? ORDER BY user_id LIMIT ?`
-
-// ListFollowers returns up to limit followers of the author with ids above
-// after, in user_id order. The list trails follow and unfollow by the time
-// their events take to apply.
-func (s *Store) ListFollowers(ctx context.Context, authorID, after uint64, limit int) ([]feed.Follow, error) {
-	var out []feed.Follow
-	err := sqlx.SelectContext(ctx, s.ShardOf(authorID).pool(ctx), &out, listFollowersSQL, authorID, after, limit)
-	return out, wrap("list followers", err)
-}
-
 const followedAuthorsSQL = `SELECT author_id FROM following WHERE user_id = ? AND muted = 0`
 
 // FollowedAuthors returns the authors the user reads, followed and not
@@ -206,33 +187,6 @@ func (s *Store) readFollowedAuthors(ctx context.Context, userID uint64) ([]uint6
 	return out, wrap("followed authors", rows.Err())
 }
 
-// FollowEvent is a claimed follow or unfollow, to reconcile.
-type FollowEvent struct {
-	UserID   uint64 `db:"user_id"`
-	AuthorID uint64 `db:"author_id"`
-	Version  int64  `db:"version"`
-	Token    uint64 `db:"-"`
-}
-
-var followEventClaims = claimTable{
-	table: "follow_events",
-	cols:  "user_id, author_id, version",
-	key:   []string{"user_id", "author_id"},
-	ready: "1 = 1",
-}
-
-// ClaimFollowEvents leases up to limit follow events of the shard.
-func (s *Store) ClaimFollowEvents(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]FollowEvent, error) {
-	ctx = s.pin(ctx)
-	return claim[FollowEvent](ctx, s, sh, followEventClaims, now, leaseUntil, limit, token)
-}
-
-func (j *FollowEvent) claimKey() []any { return []any{j.UserID, j.AuthorID} }
-
-func (j *FollowEvent) placingID() uint64 { return j.UserID }
-
-func (j *FollowEvent) setToken(token uint64) { j.Token = token }
-
 const getFollowingSQL = `SELECT user_id, author_id, followed_at FROM following WHERE user_id = ? AND author_id = ?`
 
 // GetFollowing returns the edge as the user's shard has it now.
@@ -245,169 +199,4 @@ func (s *Store) GetFollowing(ctx context.Context, userID, authorID uint64) (feed
 		return f, feed.Errorf(feed.ENOTFOUND, "user %d does not follow %d", userID, authorID)
 	}
 	return f, wrap("get following", err)
-}
-
-const insertFollowerSQL = `INSERT IGNORE INTO followers (author_id, user_id, followed_at) VALUES (?, ?, ?)`
-
-const deleteFollowerSQL = `DELETE FROM followers WHERE author_id = ? AND user_id = ?`
-
-const countAuthorSQL = `INSERT INTO authors (author_id, follower_count) VALUES (?, ?)
-ON DUPLICATE KEY UPDATE follower_count = follower_count + VALUES(follower_count)`
-
-const lockAuthorSQL = `SELECT follower_count, mode FROM authors WHERE author_id = ? FOR UPDATE`
-
-// startSwitchSQL puts an author into the switching mode; the switch job
-// marks every follower's following row before pushes become selective.
-const startSwitchSQL = `UPDATE authors SET mode = 1, switch_after = 0, claim_token = 0, claimed_until = 0 WHERE author_id = ? AND mode = 0`
-
-// AddFollower records the edge on the author's shard and counts it. When
-// the count passes pushThreshold the author starts switching to pull mode.
-// It returns the author's mode, read under the same lock the switch takes,
-// so a follower added while switching is never missed.
-func (s *Store) AddFollower(ctx context.Context, f feed.Follow, pushThreshold int64) (mode int, err error) {
-	ctx = s.pin(ctx)
-	err = s.ShardOf(f.AuthorID).inTx(ctx, func(tx *sqlx.Tx) error {
-		r, err := tx.ExecContext(ctx, insertFollowerSQL, f.AuthorID, f.UserID, f.FollowedAt)
-		if err != nil {
-			return err
-		}
-		added, err := r.RowsAffected()
-		if err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, countAuthorSQL, f.AuthorID, added); err != nil {
-			return err
-		}
-		var a struct {
-			Count int64 `db:"follower_count"`
-			Mode  int   `db:"mode"`
-		}
-		if err := sqlx.GetContext(ctx, tx, &a, lockAuthorSQL, f.AuthorID); err != nil {
-			return err
-		}
-		mode = a.Mode
-		if a.Mode == AuthorPush && a.Count > pushThreshold {
-			mode = AuthorSwitching
-			_, err = tx.ExecContext(ctx, startSwitchSQL, f.AuthorID)
-		}
-		return err
-	})
-	return mode, wrap("add follower", err)
-}
-
-// RemoveFollower drops the edge from the author's shard and the count.
-func (s *Store) RemoveFollower(ctx context.Context, authorID, userID uint64) error {
-	ctx = s.pin(ctx)
-	err := s.ShardOf(authorID).inTx(ctx, func(tx *sqlx.Tx) error {
-		if deleted, err := affected(tx.ExecContext(ctx, deleteFollowerSQL, authorID, userID)); err != nil || !deleted {
-			return err
-		}
-		_, err := tx.ExecContext(ctx, countAuthorSQL, authorID, -1)
-		return err
-	})
-	return wrap("remove follower", err)
-}
-
-const finishFollowEventSQL = `DELETE FROM follow_events WHERE user_id = ? AND author_id = ? AND version = ? AND claim_token = ?`
-
-// FinishFollowEvent deletes the event if no newer operation arrived while it
-// was applied; otherwise it releases the claim so the event runs again and
-// reconciles with the newest state. It reports whether the event is gone.
-func (s *Store) FinishFollowEvent(ctx context.Context, ev FollowEvent) (bool, error) {
-	ctx = s.pin(ctx)
-	db := s.ShardOf(ev.UserID).pool(ctx)
-	r, err := db.ExecContext(ctx, finishFollowEventSQL, ev.UserID, ev.AuthorID, ev.Version, ev.Token)
-	if err != nil {
-		return false, wrap("finish follow event", err)
-	}
-	if n, err := r.RowsAffected(); err != nil || n == 1 {
-		return n == 1, wrap("finish follow event", err)
-	}
-	return false, s.ReleaseFollowEvent(ctx, ev)
-}
-
-// ReleaseFollowEvent gives a claimed event back for any worker to retry.
-func (s *Store) ReleaseFollowEvent(ctx context.Context, ev FollowEvent) error {
-	ctx = s.pin(ctx)
-	return release(ctx, s.ShardOf(ev.UserID).pool(ctx), followEventClaims, ev.claimKey(), ev.Token)
-}
-
-// SwitchJob is a claimed author switching from push to pull mode.
-type SwitchJob struct {
-	AuthorID    uint64 `db:"author_id"`
-	SwitchAfter uint64 `db:"switch_after"`
-	Token       uint64 `db:"-"`
-}
-
-var switchClaims = claimTable{
-	table: "authors",
-	cols:  "author_id, switch_after",
-	key:   []string{"author_id"},
-	ready: "mode = 1",
-}
-
-// ClaimSwitches leases up to limit authors of the shard that are switching mode.
-func (s *Store) ClaimSwitches(ctx context.Context, sh *Shard, now, leaseUntil int64, limit int, token uint64) ([]SwitchJob, error) {
-	ctx = s.pin(ctx)
-	return claim[SwitchJob](ctx, s, sh, switchClaims, now, leaseUntil, limit, token)
-}
-
-func (j *SwitchJob) claimKey() []any { return []any{j.AuthorID} }
-
-func (j *SwitchJob) placingID() uint64 { return j.AuthorID }
-
-func (j *SwitchJob) setToken(token uint64) { j.Token = token }
-
-// ReleaseSwitch gives a claimed switch back for any worker to resume from
-// its progress mark, as on shutdown or after a failed batch.
-func (s *Store) ReleaseSwitch(ctx context.Context, job *SwitchJob) error {
-	ctx = s.pin(ctx)
-	return release(ctx, s.ShardOf(job.AuthorID).pool(ctx), switchClaims, job.claimKey(), job.Token)
-}
-
-const markPullSQL = `UPDATE following SET pull = pull | 1 WHERE user_id IN (?) AND author_id = ?`
-
-const advanceSwitchSQL = `UPDATE authors SET switch_after = ?, mode = ?, claimed_until = ? WHERE author_id = ? AND claim_token = ? AND mode = 1`
-
-// RunSwitchBatch marks the next batch of the author's followers as pulling
-// it, shard by shard, then records progress; the batch that finds no more
-// followers puts the author in pull mode. Marking is idempotent, so a replay
-// after a crash is harmless. It reports whether the switch finished.
-//
-// Returns ErrLostClaim if the lease was taken over.
-func (s *Store) RunSwitchBatch(ctx context.Context, job *SwitchJob, size int, leaseUntil int64) (bool, error) {
-	ctx = s.pin(ctx)
-	home := s.ShardOf(job.AuthorID)
-	var users []uint64
-	err := sqlx.SelectContext(ctx, home.pool(ctx), &users, followersPageSQL, job.AuthorID, job.SwitchAfter, uint64(1<<64-1), size)
-	if err != nil {
-		return false, wrap("switch batch", err)
-	}
-	for sh, ids := range s.groupByShard(users) {
-		if err := execIn(ctx, sh.pool(ctx), markPullSQL, ids, job.AuthorID); err != nil {
-			return false, wrap("switch batch", err)
-		}
-		if err := sh.markPulls(ctx, ids); err != nil {
-			return false, wrap("switch batch", err)
-		}
-	}
-	done := len(users) < size
-	mode, mark := AuthorSwitching, job.SwitchAfter
-	if done {
-		mode = AuthorPull
-	}
-	if len(users) > 0 {
-		mark = users[len(users)-1]
-	}
-	r, err := home.pool(ctx).ExecContext(ctx, advanceSwitchSQL, mark, mode, leaseUntil, job.AuthorID, job.Token)
-	if err != nil {
-		return false, wrap("switch batch", err)
-	}
-	if n, err := r.RowsAffected(); err != nil {
-		return false, err
-	} else if n == 0 {
-		return false, ErrLostClaim
-	}
-	job.SwitchAfter = mark
-	return done, nil
 }

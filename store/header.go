@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 
 	"github.com/jmoiron/sqlx"
 
@@ -216,4 +217,21 @@ func (sh *Shard) feedStmt(ctx context.Context, withPull bool) (*sqlx.Stmt, error
 		sh.feedPage[c][i] = st
 	}
 	return sh.feedPage[c][i], nil
+}
+
+const activitySQL = `SELECT last_read_at, active_since FROM inbox WHERE user_id = ? AND ` + headerKeySQL
+
+// Activity returns the user's last feed read and the start of its active
+// spell from the inbox header (zeros for a user with none), which decide
+// which of a pull author's items fan-out pushed to the user.
+func (s *Store) Activity(ctx context.Context, userID uint64) (lastReadAt, activeSince int64, err error) {
+	var h struct {
+		LastReadAt  sql.NullInt64 `db:"last_read_at"`
+		ActiveSince sql.NullInt64 `db:"active_since"`
+	}
+	err = sqlx.GetContext(ctx, s.ShardOf(userID).pool(ctx), &h, activitySQL, userID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, 0, nil
+	}
+	return h.LastReadAt.Int64, h.ActiveSince.Int64, wrap("activity", err)
 }

@@ -458,3 +458,28 @@ func (s *Store) InboxTops(ctx context.Context, users []uint64) (map[uint64]feed.
 	}
 	return tops, statements, nil
 }
+
+// InboxHolds says which of keys the user's inbox holds: those items of a
+// page were pushed, the others merged from outboxes when it was read.
+func (s *Store) InboxHolds(ctx context.Context, userID uint64, keys []feed.Key) (map[feed.Key]bool, error) {
+	out := map[feed.Key]bool{}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	q := "SELECT publish_time, content_id FROM inbox WHERE user_id = ? AND " + keyIn([]string{"publish_time", "content_id"}, len(keys))
+	args := []any{userID}
+	for _, k := range keys {
+		args = append(args, k.PublishTime, k.ContentID)
+	}
+	var found []struct {
+		PublishTime int64  `db:"publish_time"`
+		ContentID   uint64 `db:"content_id"`
+	}
+	if err := sqlx.SelectContext(ctx, s.ShardOf(userID).pool(ctx), &found, q, args...); err != nil {
+		return nil, wrap("inbox holds", err)
+	}
+	for _, k := range found {
+		out[feed.Key{PublishTime: k.PublishTime, ContentID: k.ContentID}] = true
+	}
+	return out, nil
+}

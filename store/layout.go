@@ -229,3 +229,29 @@ func layoutMismatch(epoch int64, inForce, want string) error {
 		"or start with the file of the layout in force (docs/SHARDING.md)",
 		epoch, strings.Join(diffs, "; "))
 }
+
+// MapFor returns the shard map that places virtual shards as layout says,
+// on the store's databases.
+func (s *Store) MapFor(layout string) (*shardmap.Map, error) {
+	dsns := map[string]string{}
+	for _, sh := range s.shards {
+		dsns[sh.Name] = sh.dsn
+	}
+	m, err := shardmap.FromLayout(layout, dsns)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	return m, nil
+}
+
+// Ranges returns the runs of virtual shards the layout in force gives sh,
+// as "first-last".
+func (s *Store) Ranges(sh *Shard) []string {
+	var out []string
+	for _, f := range strings.Fields(s.Layout())[1:] {
+		if r, name, _ := strings.Cut(f, "="); name == sh.Name {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -379,3 +379,19 @@ func (s *Store) LiveStreams(ctx context.Context, streams []feed.Stream) (map[uin
 	}
 	return out, nil
 }
+
+// HostEdge is a host a viewer follows, with the edge's pull bits.
+type HostEdge struct {
+	HostID uint64 `db:"author_id"`
+	Pull   int    `db:"pull"`
+}
+
+const followedHostsSQL = `SELECT author_id, pull FROM following WHERE user_id = ? AND muted = 0`
+
+// FollowedHosts returns the authors the viewer follows and does not filter
+// out (mute or hide), with their pull bits.
+func (s *Store) FollowedHosts(ctx context.Context, userID uint64) ([]HostEdge, error) {
+	var out []HostEdge
+	err := sqlx.SelectContext(ctx, s.ShardOf(userID).pool(ctx), &out, followedHostsSQL, userID)
+	return out, wrap("followed hosts", err)
+}

@@ -279,36 +279,3 @@ func (s *Store) ReadReplays(ctx context.Context, userID uint64, before feed.Key,
 	}
 	return page, wrap("read replays", rows.Err())
 }
-
-// HostEdge is a host a viewer follows, with the edge's pull bits.
-type HostEdge struct {
-	HostID uint64 `db:"author_id"`
-	Pull   int    `db:"pull"`
-}
-
-const followedHostsSQL = `SELECT author_id, pull FROM following WHERE user_id = ? AND muted = 0`
-
-// FollowedHosts returns the authors the viewer follows and does not filter
-// out (mute or hide), with their pull bits.
-func (s *Store) FollowedHosts(ctx context.Context, userID uint64) ([]HostEdge, error) {
-	var out []HostEdge
-	err := sqlx.SelectContext(ctx, s.ShardOf(userID).pool(ctx), &out, followedHostsSQL, userID)
-	return out, wrap("followed hosts", err)
-}
-
-const activitySQL = `SELECT last_read_at, active_since FROM inbox WHERE user_id = ? AND ` + headerKeySQL
-
-// Activity returns the user's last feed read and the start of its active
-// spell from the inbox header (zeros for a user with none), which decide
-// which of a pull author's items fan-out pushed to the user.
-func (s *Store) Activity(ctx context.Context, userID uint64) (lastReadAt, activeSince int64, err error) {
-	var h struct {
-		LastReadAt  sql.NullInt64 `db:"last_read_at"`
-		ActiveSince sql.NullInt64 `db:"active_since"`
-	}
-	err = sqlx.GetContext(ctx, s.ShardOf(userID).pool(ctx), &h, activitySQL, userID)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, 0, nil
-	}
-	return h.LastReadAt.Int64, h.ActiveSince.Int64, wrap("activity", err)
-}
