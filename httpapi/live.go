@@ -121,7 +121,7 @@ func (a *api) deleteStream(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-func (a *api) getStreamByID(c echo.Context) error {
+func (a *api) getStream(c echo.Context) error {
 	host, stream, err := pathIDs(c, "id", "stream_id")
 	if err != nil {
 		return err

@@ -21,11 +21,11 @@ const streamRoute = "/v1/users/:id/feed/stream"
 // streamRetryMillis is the reconnection delay the stream asks clients for.
 const streamRetryMillis = 1000
 
-// getStream serves the feed as Server-Sent Events: the items newer than
+// streamFeed serves the feed as Server-Sent Events: the items newer than
 // Last-Event-ID (or ?since=), oldest first, then new ones as they enter the
 // feed, each event's id its position. The server's connection deadlines
 // are lifted for it, and each write gets writeTimeout of its own.
-func (a *api) getStream(c echo.Context) error {
+func (a *api) streamFeed(c echo.Context) error {
 	user, err := pathID(c, "id")
 	if err != nil {
 		return err
@@ -56,7 +56,7 @@ func (a *api) getStream(c echo.Context) error {
 	}); err != nil {
 		return nil // the client is gone
 	}
-	err = a.svc.Stream(c.Request().Context(), user, since, a.readTimeout, sink)
+	err = a.svc.StreamFeed(c.Request().Context(), user, since, a.readTimeout, sink)
 	if err != nil && c.Request().Context().Err() == nil {
 		a.log.Debug("http: stream ended", "user_id", user, "error", err)
 	}

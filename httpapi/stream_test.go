@@ -17,7 +17,7 @@ func openStream(t *testing.T, v *env, user uint64, since, lastID string) (<-chan
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := client.New(v.srv.URL, v.token, v.srv.Client())
-	events, err := c.Stream(ctx, user, client.StreamRequest{LastEventID: lastID, Since: since, TokenInQuery: true})
+	events, err := c.StreamFeed(ctx, user, client.StreamRequest{LastEventID: lastID, Since: since, TokenInQuery: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/feedhq/feed/store"
 )
 
-// Stream timing. A watcher polls often enough that an item is sent well
+// Feed stream timing. A watcher polls often enough that an item is sent well
 // within a second of showing on a page; a stream whose read failed tries
 // again after streamRetry; a quiet stream gets a keepalive within 15 s.
 const (
@@ -266,7 +266,7 @@ func CheckPosition(position string) error {
 // event's position.
 func (s *Service) CloseStreams() { s.streams.close() }
 
-// Stream sends the user's feed to sink as it grows: first every item newer
+// StreamFeed sends the user's feed to sink as it grows: first every item newer
 // than since, oldest first, then each item that enters the feed above the
 // last one sent; with since "", only items that enter above the feed's top
 // when the stream opens (a client that wants what came before passes the
@@ -278,7 +278,7 @@ func (s *Service) CloseStreams() { s.streams.close() }
 // no item is skipped.
 //
 // Returns EINVALID for a malformed since before anything is sent.
-func (s *Service) Stream(ctx context.Context, userID uint64, since string, readTimeout time.Duration, sink StreamSink) error {
+func (s *Service) StreamFeed(ctx context.Context, userID uint64, since string, readTimeout time.Duration, sink StreamSink) error {
 	pos, err := decodePosition(since)
 	if err != nil {
 		return err

@@ -37,7 +37,7 @@ func openStream(t testing.TB, svc *service.Service, user uint64, since string) (
 	ctx, cancel := context.WithCancel(context.Background())
 	sink := chanSink{events: make(chan event, 10000)}
 	done := make(chan error, 1)
-	go func() { done <- svc.Stream(ctx, user, since, 5*time.Second, sink) }()
+	go func() { done <- svc.StreamFeed(ctx, user, since, 5*time.Second, sink) }()
 	return sink.events, func() error { cancel(); return <-done }
 }
 
@@ -156,12 +156,12 @@ func TestStreamOrderAndResume(t *testing.T) {
 
 	// A malformed position is refused before anything is sent; closing
 	// the streams ends them with no error.
-	if err := h.svc.Stream(context.Background(), reader, "nope", time.Second, chanSink{}); feed.ErrorCode(err) != feed.EINVALID {
+	if err := h.svc.StreamFeed(context.Background(), reader, "nope", time.Second, chanSink{}); feed.ErrorCode(err) != feed.EINVALID {
 		t.Fatalf("malformed since: %v", err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- h.svc.Stream(context.Background(), reader, "", time.Second, chanSink{make(chan event, 1000)})
+		done <- h.svc.StreamFeed(context.Background(), reader, "", time.Second, chanSink{make(chan event, 1000)})
 	}()
 	h.svc.CloseStreams()
 	if err := <-done; err != nil {

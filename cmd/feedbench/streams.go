@@ -41,7 +41,7 @@ func (b *bench) streamsPhase(ctx context.Context) error {
 	api := client.New("http://"+b.stack.addr, "", &http.Client{Transport: &http.Transport{}})
 	events := make(map[uint64]<-chan client.Event, len(users))
 	for _, u := range users {
-		ch, err := api.Stream(sctx, u, client.StreamRequest{})
+		ch, err := api.StreamFeed(sctx, u, client.StreamRequest{})
 		if err != nil {
 			return fmt.Errorf("S open stream of user %d: %w", u, err)
 		}

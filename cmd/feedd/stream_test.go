@@ -27,7 +27,7 @@ func TestStreamAcrossRestart(t *testing.T) {
 	must(t, err)
 	p, _, err := c.Publish(ctx, user, client.PublishRequest{})
 	must(t, err)
-	events, err := c.Stream(ctx, user, client.StreamRequest{Since: *start.TopCursor})
+	events, err := c.StreamFeed(ctx, user, client.StreamRequest{Since: *start.TopCursor})
 	must(t, err)
 	e := nextEvent(t, events)
 	if e.Post != p {
@@ -53,14 +53,14 @@ func TestStreamAcrossRestart(t *testing.T) {
 		must(t, err)
 		later = append(later, p)
 	}
-	events, err = c.Stream(ctx, user, client.StreamRequest{LastEventID: lastID, TokenInQuery: true})
+	events, err = c.StreamFeed(ctx, user, client.StreamRequest{LastEventID: lastID, TokenInQuery: true})
 	must(t, err)
 	for i, want := range later {
 		if e := nextEvent(t, events); e.Post != want {
 			t.Fatalf("resumed event %d: %+v, want %+v", i, e.Post, want)
 		}
 	}
-	if _, err := c.Stream(context.Background(), user, client.StreamRequest{LastEventID: "nope"}); err == nil {
+	if _, err := c.StreamFeed(context.Background(), user, client.StreamRequest{LastEventID: "nope"}); err == nil {
 		t.Fatal("a malformed Last-Event-ID opened a stream")
 	}
 }

@@ -218,10 +218,10 @@ type Event struct {
 	Post Post
 }
 
-// Stream opens the user's feed stream and returns its items as they
+// StreamFeed opens the user's feed stream and returns its items as they
 // arrive. The channel closes when ctx ends or the server ends the stream.
 // The client's own timeout does not apply: a stream has no end.
-func (c *Client) Stream(ctx context.Context, user uint64, sr StreamRequest) (<-chan Event, error) {
+func (c *Client) StreamFeed(ctx context.Context, user uint64, sr StreamRequest) (<-chan Event, error) {
 	q := url.Values{}
 	if sr.Since != "" {
 		q.Set("since", sr.Since)
