@@ -28,7 +28,7 @@ func (s *Service) runSwitches(ctx, work context.Context, sh *store.Shard) (int, 
 			// claimant resumes at once instead of after the lease.
 			rctx, cancel := releaseCtx(work)
 			defer cancel()
-			_ = s.store.ReleaseSwitch(rctx, job)
+			s.released("switch", s.store.ReleaseSwitch(rctx, job))
 			return 1, err
 		}
 	}

@@ -108,7 +108,8 @@ func (s *Service) releaseDeliveries(work context.Context, jobs []store.DeliveryJ
 	rctx, cancel := releaseCtx(work)
 	defer cancel()
 	for _, j := range jobs {
-		if s.store.ReleaseDelivery(rctx, j) != nil {
+		if err := s.store.ReleaseDelivery(rctx, j); err != nil {
+			s.released("delivery", err)
 			return
 		}
 	}

@@ -35,7 +35,7 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) 
 		if err != nil {
 			rctx, cancel := releaseCtx(work)
 			defer cancel()
-			_ = s.store.ReleaseFollowEvent(rctx, ev)
+			s.released("follow event", s.store.ReleaseFollowEvent(rctx, ev))
 			if ctx.Err() != nil {
 				return nil // stopping, not failing
 			}

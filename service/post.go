@@ -133,7 +133,5 @@ func (s *Service) ListPosts(ctx context.Context, authorID uint64, page feed.Page
 
 // forget drops the author's cached outbox after a local write.
 func (s *Service) forget(authorID uint64) {
-	if s.cache != nil {
-		s.cache.drop(authorID)
-	}
+	s.store.ForgetOutbox(authorID)
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/reshard"
-	"github.com/feedhq/feed/store/shardmap"
 )
 
 // The console's view of a reshard is feedd reshard status's: the package
@@ -156,7 +155,7 @@ func (s *Service) Reshard(ctx context.Context) ReshardView {
 // virtual shards that moves.
 func (s *Service) copyEstimate(ctx context.Context, sh *store.Shard, moves []reshard.Move) int64 {
 	owned := 0
-	for _, name := range mustLayout(s.store.Layout()) {
+	for _, name := range s.store.Owners() {
 		if name == sh.Name {
 			owned++
 		}
@@ -172,6 +171,7 @@ func (s *Service) copyEstimate(ctx context.Context, sh *store.Shard, moves []res
 	}
 	sizes, err := sh.TableSizes(ctx)
 	if err != nil {
+		s.log.Warn("reshard: no copy estimate", "database", sh.Name, "err", err)
 		return 0
 	}
 	var rows int64
@@ -179,11 +179,6 @@ func (s *Service) copyEstimate(ctx context.Context, sh *store.Shard, moves []res
 		rows += sizes[t.Name].Rows
 	}
 	return rows * int64(moving) / int64(owned)
-}
-
-func mustLayout(layout string) []string {
-	names, _ := shardmap.ParseLayout(layout)
-	return names
 }
 
 // copyRate is the rows per second the database's step copied over the last

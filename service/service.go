@@ -21,15 +21,12 @@ type Service struct {
 	// wake nudges idle workers of this process after a write queued work.
 	wake *wakeup
 	// cache holds pull authors' newest posts; nil when PullCacheTTL is 0.
-	cache *outboxCache
 	// draining is set once the process is stopping (Drain).
 	draining atomic.Bool
 	// targets bounds the fan-out batches writing to each database.
 	targets *targetGate
 	// streams are the open feed streams and their watchers.
 	streams *streams
-	// deep remembers readers whose last page went below their inbox.
-	deep store.UserHints
 	// activity samples fan-out for the console's charts; reshards holds
 	// the console's view of a reshard under way.
 	activity *activity
@@ -49,7 +46,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 	s.streams = newStreams(s)
 	m.watchPools(st)
 	if cfg.PullCacheTTL > 0 {
-		s.cache = newOutboxCache(cfg.PullCacheTTL)
+		st.CacheOutboxes(cfg.PullCacheTTL, now)
 	}
 	st.CacheHeads(cfg.ClockSkew, now)
 	return s, nil

@@ -200,3 +200,11 @@ func each[T any](items []T, n int, fn func(T) error) error {
 func (s *Service) stepContext(work context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(work, s.cfg.Lease)
 }
+
+// released logs a claim a worker could not give back: nothing is lost, its
+// lease ends on its own and any worker takes it then.
+func (s *Service) released(what string, err error) {
+	if err != nil {
+		s.log.Debug("workers: claim not released; its lease ends on its own", "claim", what, "err", err)
+	}
+}

@@ -10,13 +10,6 @@ import (
 // for authors with very many followers), and the queue of authors
 // switching from push to pull.
 
-// Author modes (authors.mode).
-const (
-	AuthorPush      = 0
-	AuthorSwitching = 1
-	AuthorPull      = 2
-)
-
 const countAuthorSQL = `INSERT INTO authors (author_id, follower_count) VALUES (?, ?)
 ON DUPLICATE KEY UPDATE follower_count = follower_count + VALUES(follower_count)`
 
@@ -24,7 +17,7 @@ const lockAuthorSQL = `SELECT follower_count, mode FROM authors WHERE author_id 
 
 // startSwitchSQL puts an author into the switching mode; the switch job
 // marks every follower's following row before pushes become selective.
-const startSwitchSQL = `UPDATE authors SET mode = 1, switch_after = 0, claim_token = 0, claimed_until = 0 WHERE author_id = ? AND mode = 0`
+const startSwitchSQL = `UPDATE authors SET mode = ` + authorSwitchingSQL + `, switch_after = 0, claim_token = 0, claimed_until = 0 WHERE author_id = ? AND mode = ` + authorPushSQL
 
 // SwitchJob is a claimed author switching from push to pull mode.
 type SwitchJob struct {
@@ -37,7 +30,7 @@ var switchClaims = claimTable{
 	table: "authors",
 	cols:  "author_id, switch_after",
 	key:   []string{"author_id"},
-	ready: "mode = 1",
+	ready: "mode = " + authorSwitchingSQL,
 }
 
 // ClaimSwitches leases up to limit authors of the shard that are switching mode.
@@ -61,7 +54,7 @@ func (s *Store) ReleaseSwitch(ctx context.Context, job *SwitchJob) error {
 
 const markPullSQL = `UPDATE following SET pull = pull | 1 WHERE user_id IN (?) AND author_id = ?`
 
-const advanceSwitchSQL = `UPDATE authors SET switch_after = ?, mode = ?, claimed_until = ? WHERE author_id = ? AND claim_token = ? AND mode = 1`
+const advanceSwitchSQL = `UPDATE authors SET switch_after = ?, mode = ?, claimed_until = ? WHERE author_id = ? AND claim_token = ? AND mode = ` + authorSwitchingSQL
 
 // RunSwitchBatch marks the next batch of the author's followers as pulling
 // it, shard by shard, then records progress; the batch that finds no more

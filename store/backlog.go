@@ -20,10 +20,10 @@ func (b Backlog) Idle() bool {
 }
 
 const backlogSQL = `SELECT
- (SELECT COUNT(*) FROM deliveries WHERE state = 0) AS deliveries,
+ (SELECT COUNT(*) FROM deliveries WHERE state = ` + deliveryPendingSQL + `) AS deliveries,
  (SELECT COUNT(*) FROM fanout_tasks WHERE done = 0) AS tasks,
  (SELECT COUNT(*) FROM follow_events) AS follow_events,
- (SELECT COUNT(*) FROM authors WHERE mode = 1) AS switches`
+ (SELECT COUNT(*) FROM authors WHERE mode = ` + authorSwitchingSQL + `) AS switches`
 
 // Backlog returns the work queued on every shard: for tests waiting for the
 // system to come to rest, and for operators.

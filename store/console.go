@@ -71,8 +71,8 @@ type deliveryRow struct {
 // primary key: server-assigned ids grow with time.
 const (
 	deliveryRowCols = `d.content_id, d.author_id, d.state, d.mode, d.retract, d.recipients, d.tasks_left, d.created_at,
- CASE WHEN d.state = 1 THEN (SELECT COALESCE(SUM(t.delivered), 0) FROM fanout_tasks t WHERE t.content_id = d.content_id) ELSE d.delivered END AS delivered`
-	deliveriesOpenSQL   = `SELECT ` + deliveryRowCols + ` FROM deliveries d WHERE d.state < 2 ORDER BY d.state DESC, d.created_at LIMIT ?`
+ CASE WHEN d.state = ` + deliveryRunningSQL + ` THEN (SELECT COALESCE(SUM(t.delivered), 0) FROM fanout_tasks t WHERE t.content_id = d.content_id) ELSE d.delivered END AS delivered`
+	deliveriesOpenSQL   = `SELECT ` + deliveryRowCols + ` FROM deliveries d WHERE d.state < ` + deliveryDoneSQL + ` ORDER BY d.state DESC, d.created_at LIMIT ?`
 	deliveriesRecentSQL = `SELECT ` + deliveryRowCols + ` FROM deliveries d ORDER BY d.content_id DESC LIMIT ?`
 )
 

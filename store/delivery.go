@@ -12,20 +12,6 @@ import (
 	"github.com/feedhq/feed/store/sqlconn"
 )
 
-// Delivery states (deliveries.state).
-const (
-	deliveryPending = 0
-	deliveryRunning = 1
-	deliveryDone    = 2
-)
-
-// Delivery modes (deliveries.mode, fanout_tasks.mode).
-const (
-	ModePush       = 0 // every follower
-	ModePushActive = 1 // followers active recently; the others pull
-	ModePull       = 2 // nobody: every follower pulls
-)
-
 var modeNames = map[int]string{ModePush: feed.ModePush, ModePushActive: feed.ModePushActive, ModePull: feed.ModePull}
 
 // DeliveryJob is a claimed delivery waiting to be planned.
@@ -40,7 +26,7 @@ var deliveryClaims = claimTable{
 	table: "deliveries",
 	cols:  "content_id, author_id, created_at",
 	key:   []string{"content_id"},
-	ready: "state = 0",
+	ready: "state = " + deliveryPendingSQL,
 }
 
 // ClaimDeliveries leases up to limit unplanned deliveries of the shard.
@@ -69,7 +55,7 @@ type PlanResult struct {
 }
 
 const lockClaimedDeliverySQL = `SELECT publish_time, kind, retract FROM deliveries
-WHERE content_id = ? AND claim_token = ? AND state = 0 FOR UPDATE`
+WHERE content_id = ? AND claim_token = ? AND state = ` + deliveryPendingSQL + ` FOR UPDATE`
 
 const authorModeSQL = `SELECT mode FROM authors WHERE author_id = ?`
 

@@ -132,7 +132,7 @@ const taskFinishedSQL = `UPDATE deliveries SET tasks_left = tasks_left - 1 WHERE
 // is a locking read (FOR UPDATE in the subquery): latest committed rows,
 // not the snapshot, on every engine, so it sees their final counts; the
 // batch deletes those rows next anyway.
-const completeDeliverySQL = `UPDATE deliveries SET tasks_left = 0, state = 2, claimed_until = IF(retract = 1, ?, 0),
+const completeDeliverySQL = `UPDATE deliveries SET tasks_left = 0, state = ` + deliveryDoneSQL + `, claimed_until = IF(retract = 1, ?, 0),
  delivered = (SELECT COALESCE(SUM(delivered), 0) FROM fanout_tasks WHERE content_id = ? FOR UPDATE)
 WHERE content_id = ? AND tasks_left = 1`
 
@@ -141,8 +141,8 @@ const deliveryCreatedSQL = `SELECT created_at FROM deliveries WHERE content_id =
 const dropTasksSQL = `DELETE FROM fanout_tasks WHERE content_id = ?`
 
 // replanSQL sends a running delivery back to planning, its tasks dropped.
-const replanSQL = `UPDATE deliveries SET state = 0, delivered = 0, tasks_left = 0, claim_token = 0, claimed_until = 0
-WHERE content_id = ? AND state = 1`
+const replanSQL = `UPDATE deliveries SET state = ` + deliveryPendingSQL + `, delivered = 0, tasks_left = 0, claim_token = 0, claimed_until = 0
+WHERE content_id = ? AND state = ` + deliveryRunningSQL
 
 // BatchOptions tune one task batch.
 type BatchOptions struct {

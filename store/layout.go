@@ -26,13 +26,17 @@ const recordLayoutSQL = `INSERT IGNORE INTO shard_map (epoch, layout, adopted_at
 // Layout is the canonical text of the store's layout: the virtual shard
 // count, then each run of virtual shards with its database, e.g.
 // "1024 0-511=a 512-1023=b".
-func (s *Store) Layout() string {
+func (s *Store) Layout() string { return shardmap.FormatLayout(s.Owners()) }
+
+// Owners returns the name of the database that owns each virtual shard in
+// the layout the store routes by, indexed by virtual shard.
+func (s *Store) Owners() []string {
 	owner := s.route().owner
 	names := make([]string, len(owner))
 	for v, sh := range owner {
 		names[v] = sh.Name
 	}
-	return shardmap.FormatLayout(names)
+	return names
 }
 
 // CheckLayout compares the store's layout with the one in force on its
@@ -206,7 +210,10 @@ func layoutMismatch(epoch int64, inForce, want string) error {
 	if err != nil {
 		return fmt.Errorf("store: the layout in force (epoch %d) is unreadable: %w", epoch, err)
 	}
-	wantNames, _ := shardmap.ParseLayout(want)
+	wantNames, err := shardmap.ParseLayout(want)
+	if err != nil {
+		return fmt.Errorf("store: the layout asked for is unreadable: %w", err)
+	}
 	if len(have) != len(wantNames) {
 		return fmt.Errorf("sharding: virtual_shards is %d, the data is laid out in %d (epoch %d); it cannot change",
 			len(wantNames), len(have), epoch)

@@ -12,21 +12,6 @@ import (
 	"github.com/feedhq/feed"
 )
 
-// Stream states (streams.state) and the host's lists that hold them
-// (streams.list): the queue holds previews and live streams, ordered by
-// pos descending (-scheduled_start for a preview, started_at once live, so
-// live streams come first, newest start first, then previews, earliest
-// first); the replay list holds ended streams by ended_at.
-const (
-	streamPreview = 0
-	streamLive    = 1
-	streamReplay  = 2
-
-	listNone    = 0
-	listQueue   = 1
-	listReplays = 2
-)
-
 var streamStates = map[int]string{streamPreview: feed.StreamPreview, streamLive: feed.StreamLive, streamReplay: feed.StreamReplay}
 
 // ReplayKind is the kind of a replay's delivery. It is outside the post
@@ -34,11 +19,6 @@ var streamStates = map[int]string{streamPreview: feed.StreamPreview, streamLive:
 // kind into its tasks writes deliveries of this kind into the viewers'
 // replays lists instead of their inboxes.
 const ReplayKind = "@replay"
-
-// deliveryParked is the state of a stream's delivery row until the stream
-// ends: no planner claims it (they claim state 0), and the row reserves the
-// stream's id among the content ids of the shard.
-const deliveryParked = 3
 
 // MaxQueuedStreams bounds the previews and live streams one host holds at a
 // time: every first page of a follower snapshots them all. The count is a
@@ -78,7 +58,7 @@ const lockStreamSQL = `SELECT ` + streamCols + ` FROM streams WHERE host_id = ? 
 
 const getStreamSQL = `SELECT ` + streamCols + ` FROM streams WHERE host_id = ? AND stream_id = ?`
 
-const countQueueSQL = `SELECT COUNT(*) FROM streams WHERE host_id = ? AND list = 1`
+const countQueueSQL = `SELECT COUNT(*) FROM streams WHERE host_id = ? AND list = ` + listQueueSQL
 
 // CreateStream schedules a stream in the preview state on its host's
 // shard. The stream's delivery row is written with it, parked: it reserves
@@ -136,18 +116,18 @@ func (s *Store) CreateStream(ctx context.Context, st feed.Stream, now int64) (st
 	return stored, created, wrap("create stream", err)
 }
 
-const startStreamSQL = `UPDATE streams SET state = 1, started_at = ?, pos = ? WHERE host_id = ? AND stream_id = ?`
+const startStreamSQL = `UPDATE streams SET state = ` + streamLiveSQL + `, started_at = ?, pos = ? WHERE host_id = ? AND stream_id = ?`
 
-const endStreamSQL = `UPDATE streams SET state = 2, ended_at = ?, list = 2, pos = ? WHERE host_id = ? AND stream_id = ?`
+const endStreamSQL = `UPDATE streams SET state = ` + streamReplaySQL + `, ended_at = ?, list = ` + listReplaysSQL + `, pos = ? WHERE host_id = ? AND stream_id = ?`
 
 // unparkDeliverySQL turns an ended stream's parked delivery into a pending
 // one, the outbox event that fans the replay out.
-const unparkDeliverySQL = `UPDATE deliveries SET state = 0, publish_time = ? WHERE content_id = ? AND state = 3`
+const unparkDeliverySQL = `UPDATE deliveries SET state = ` + deliveryPendingSQL + `, publish_time = ? WHERE content_id = ? AND state = ` + deliveryParkedSQL
 
 // retireParkedSQL ends a deleted stream's parked delivery as a finished
 // retraction (it was never pushed): its tombstone lasts from then on
 // (PurgeTombstones).
-const retireParkedSQL = `UPDATE deliveries SET state = 2, retract = 1, claimed_until = ? WHERE content_id = ? AND state = 3`
+const retireParkedSQL = `UPDATE deliveries SET state = ` + deliveryDoneSQL + `, retract = 1, claimed_until = ? WHERE content_id = ? AND state = ` + deliveryParkedSQL
 
 // StartStream takes a preview live at startedAt.
 //
@@ -215,7 +195,7 @@ func lockStream(ctx context.Context, tx *sqlx.Tx, hostID, streamID uint64) (stre
 	return row, err
 }
 
-const deleteStreamSQL = `UPDATE streams SET deleted = 1, list = 0 WHERE host_id = ? AND stream_id = ?`
+const deleteStreamSQL = `UPDATE streams SET deleted = 1, list = ` + listNoneSQL + ` WHERE host_id = ? AND stream_id = ?`
 
 // DeleteStream takes a stream off every list in one transaction on the
 // host's shard: its host's queue or replay list at once and, for a replay,
@@ -265,7 +245,7 @@ const queueChunk = 500
 
 // queuesSQL reads the queues of many hosts, one range of idx_streams_list
 // per host.
-const queuesSQL = `SELECT ` + streamCols + ` FROM streams WHERE host_id IN (?) AND list = 1`
+const queuesSQL = `SELECT ` + streamCols + ` FROM streams WHERE host_id IN (?) AND list = ` + listQueueSQL
 
 // StreamQueues returns the previews and live streams of the hosts, in no
 // particular order: each host's queue is one index range, and the hosts of
@@ -294,7 +274,7 @@ func (s *Store) StreamQueues(ctx context.Context, hosts []uint64, timeout time.D
 // hostReplaysPartSQL is one host's part of a replays statement: its
 // newest replays below a bound, a backward range of idx_streams_list.
 const hostReplaysPartSQL = `(SELECT ` + streamCols + ` FROM streams
-WHERE host_id = ? AND list = 2 AND (pos < ? OR (pos = ? AND stream_id < ?))
+WHERE host_id = ? AND list = ` + listReplaysSQL + ` AND (pos < ? OR (pos = ? AND stream_id < ?))
 ORDER BY pos DESC, stream_id DESC LIMIT ?)`
 
 // HostReplays returns up to limit replays of each host below its source's

@@ -148,7 +148,7 @@ const lockDeliverySQL = `SELECT state FROM deliveries WHERE content_id = ? FOR U
 // sweeps every database, also those the push had no task for (a follow
 // whose event had not reached the followers list may have got the post
 // there by its backfill).
-const replanRetractSQL = `UPDATE deliveries SET retract = 1, state = 0, delivered = 0, tasks_left = 0, claim_token = 0, claimed_until = 0 WHERE content_id = ?`
+const replanRetractSQL = `UPDATE deliveries SET retract = 1, state = ` + deliveryPendingSQL + `, delivered = 0, tasks_left = 0, claim_token = 0, claimed_until = 0 WHERE content_id = ?`
 
 // lockTasksSQL takes a post's task rows before its delivery row, the order
 // of the batches, which hold their task row while they finish into the

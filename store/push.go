@@ -19,7 +19,7 @@ import (
 // in primary-key order; the caller keeps those still pending under its
 // claim.
 const lockDeliveriesSQL = `SELECT content_id, author_id, created_at, publish_time, kind, retract, claim_token FROM deliveries
-WHERE content_id IN (?) AND state = 0 ORDER BY content_id FOR UPDATE`
+WHERE content_id IN (?) AND state = ` + deliveryPendingSQL + ` ORDER BY content_id FOR UPDATE`
 
 const authorModesSQL = `SELECT author_id, mode FROM authors WHERE author_id IN (?)`
 
@@ -373,7 +373,7 @@ func finishPushed(ctx context.Context, tx *sqlx.Tx, posts []*pendingPost) error 
 		ids = append(ids, p.ContentID)
 	}
 	whens := strings.Repeat(" WHEN ? THEN ?", len(posts))
-	q := "UPDATE deliveries SET state = 2, mode = 0, tasks_left = 0, claim_token = 0, claimed_until = 0," +
+	q := "UPDATE deliveries SET state = " + deliveryDoneSQL + ", mode = " + modePushSQL + ", tasks_left = 0, claim_token = 0, claimed_until = 0," +
 		" recipients = CASE content_id" + whens + " END, delivered = CASE content_id" + whens + " END" +
 		" WHERE content_id IN (?" + strings.Repeat(",?", len(posts)-1) + ")"
 	_, err := tx.ExecContext(ctx, q, slices.Concat(counts, counts, ids)...)

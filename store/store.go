@@ -42,7 +42,7 @@ type Shard struct {
 	// class, prepared once per connection: an unprepared query with
 	// arguments costs three round trips (prepare, execute, close).
 	feedPage  [numClasses][2]*sqlx.Stmt
-	pullHints UserHints
+	pullHints userHints
 
 	health    shardHealth
 	conflicts conflicts
@@ -55,12 +55,15 @@ type Store struct {
 	shards []*Shard // sorted by name
 	byName map[string]*Shard
 
-	heads     atomic.Pointer[headCache] // nil unless CacheHeads turned it on
-	followees followeeCache
-	routes    atomic.Pointer[routing]
-	refreshMu sync.Mutex    // one Refresh at a time
-	stale     chan struct{} // see Stale
-	engine    Engine
+	// deepReaders: see ReadsDeep.
+	deepReaders userHints
+	heads       atomic.Pointer[headCache]   // nil unless CacheHeads turned it on
+	outboxes    atomic.Pointer[outboxCache] // nil unless CacheOutboxes turned it on
+	followees   followeeCache
+	routes      atomic.Pointer[routing]
+	refreshMu   sync.Mutex    // one Refresh at a time
+	stale       chan struct{} // see Stale
+	engine      Engine
 }
 
 // Option is an option of Open.

@@ -19,7 +19,7 @@ import (
 
 // tombstonesSQL lists retractions finished in the window (1 to the cutoff).
 const tombstonesSQL = `SELECT content_id, author_id FROM deliveries
-WHERE state = 2 AND claimed_until BETWEEN 1 AND ? AND retract = 1 LIMIT ?`
+WHERE state = ` + deliveryDoneSQL + ` AND claimed_until BETWEEN 1 AND ? AND retract = 1 LIMIT ?`
 
 const (
 	purgeContentIDsSQL = `DELETE FROM content_ids WHERE content_id IN (?)`
@@ -27,7 +27,7 @@ const (
 	// purgeStreamsSQL matches only the listed pairs: a stream id names
 	// one stream, of one host.
 	purgeStreamsSQL    = `DELETE FROM streams WHERE host_id IN (?) AND stream_id IN (?) AND deleted = 1`
-	purgeDeliveriesSQL = `DELETE FROM deliveries WHERE content_id IN (?) AND state = 2 AND retract = 1`
+	purgeDeliveriesSQL = `DELETE FROM deliveries WHERE content_id IN (?) AND state = ` + deliveryDoneSQL + ` AND retract = 1`
 )
 
 // PurgeTombstones deletes up to limit tombstones of sh's authors whose

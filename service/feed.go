@@ -108,7 +108,7 @@ func (s *Service) readFeed(ctx context.Context, userID uint64, before, since fee
 	from := after(since)
 	// A next page of a reader whose last page went below the inbox most
 	// likely goes there too: what that read starts from is read meanwhile.
-	if before != store.Top && s.deep.Has(userID) {
+	if before != store.Top && s.store.ReadsDeep(userID) {
 		ctx = s.store.LearnAhead(ctx, s.store.Shards(), s.cfg.SourceTimeout)
 	}
 	snap, err := s.store.ReadFeed(ctx, userID, before, from, n)
@@ -137,7 +137,7 @@ func (s *Service) readFeed(ctx context.Context, userID uint64, before, since fee
 	// Below the floor only the outboxes are complete; nothing lies there
 	// for a page that stops at a since at or above it.
 	deep := len(items) < n && snap.Floor != nil && since.Less(*snap.Floor)
-	s.deep.Set(userID, deep)
+	s.store.SetReadsDeep(userID, deep)
 	if deep {
 		deep, err := s.deepScroll(ctx, rd, userID, olderOf(before, *snap.Floor), from, n-len(items))
 		if err != nil {
@@ -189,7 +189,7 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 		sources[i] = store.PullSource{AuthorID: a, Before: before, From: from}
 	}
 	sources[len(authors)] = store.PullSource{AuthorID: userID, Before: before, From: from}
-	posts, err := s.readOutboxes(ctx, rd, sources, limit, true)
+	posts, err := s.readOutboxes(ctx, rd, sources, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -218,13 +218,25 @@ func (rd *pageRead) missingAuthors() []uint64 {
 	return slices.Compact(rd.missing)
 }
 
+// pull reads up to limit posts of each source for a feed page, as lists
+// for the merge, through the store's cache of pull authors' newest posts
+// (store.PullCached), and takes what the reads cost and missed into rd.
+func (s *Service) pull(ctx context.Context, rd *pageRead, sources []store.PullSource, limit int) ([][]feed.Post, error) {
+	if len(sources) == 0 {
+		return nil, nil // an inbox-only page
+	}
+	lists, p, err := s.store.PullCached(ctx, sources, limit, s.cfg.SourceTimeout)
+	if err != nil {
+		return nil, err
+	}
+	return lists, s.took(rd, p)
+}
+
 // readOutboxes reads up to limit posts of each source, each database within
-// SourceTimeout; with newest, only what the newest limit of all the sources
-// together need (store.PullNewest), for a caller that merges and cuts them.
-// The authors of a database that fails are left out of the page and
-// recorded as missing when PartialReads is on and the database is not the
-// reader's own; otherwise the page fails with its error.
-func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []store.PullSource, limit int, newest bool) ([]feed.Post, error) {
+// SourceTimeout: only what the newest limit of all the sources together need
+// (store.PullNewest), for a caller that merges and cuts them. The authors of
+// a database that failed earlier in the page are not asked again.
+func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []store.PullSource, limit int) ([]feed.Post, error) {
 	if len(rd.failed) > 0 {
 		ask := make([]store.PullSource, 0, len(sources))
 		for _, src := range sources {
@@ -236,22 +248,26 @@ func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []stor
 		}
 		sources = ask
 	}
-	pull := s.store.PullPosts
-	if newest {
-		pull = s.store.PullNewest
-	}
-	p, err := pull(ctx, sources, limit, s.cfg.SourceTimeout)
+	p, err := s.store.PullNewest(ctx, sources, limit, s.cfg.SourceTimeout)
 	if err != nil {
 		return nil, err
 	}
+	return p.Posts, s.took(rd, p)
+}
+
+// took adds what an outbox read cost to rd. The authors of a database that
+// failed are left out of the page and recorded as missing when
+// PartialReads is on and the database is not the reader's own; otherwise
+// the page fails with its error.
+func (s *Service) took(rd *pageRead, p store.Pulled) error {
 	rd.queries += p.Queries
 	rd.rows += p.Rows
 	if len(p.Missing) == 0 {
-		return p.Posts, nil
+		return nil
 	}
 	own := s.store.ShardOf(rd.user)
 	if !s.cfg.PartialReads || slices.ContainsFunc(p.Missing, func(a uint64) bool { return s.store.ShardOf(a) == own }) {
-		return nil, p.Err
+		return p.Err
 	}
 	if rd.failed == nil {
 		rd.failed = map[*store.Shard]bool{}
@@ -260,7 +276,7 @@ func (s *Service) readOutboxes(ctx context.Context, rd *pageRead, sources []stor
 		rd.failed[s.store.ShardOf(a)] = true
 	}
 	rd.missing = append(rd.missing, p.Missing...)
-	return p.Posts, nil
+	return nil
 }
 
 // markRead records the read (at most once per activityGranularity) and

@@ -1,4 +1,4 @@
-package service
+package store
 
 import (
 	"testing"
@@ -41,7 +41,7 @@ func TestOutboxEntryBelow(t *testing.T) {
 }
 
 func TestOutboxCacheExpiresAndEvicts(t *testing.T) {
-	c := newOutboxCache(time.Second)
+	c := newOutboxCache(time.Second, time.Now)
 	t0 := time.Unix(1000, 0)
 	c.put(1, outboxEntry{at: t0, complete: true})
 	if _, ok := c.get(1, t0.Add(999*time.Millisecond)); !ok {

@@ -1,0 +1,61 @@
+package store
+
+// The codes of the state and mode columns. SQL text is constant, and a
+// constant cannot format a number, so each code has a twin spelling it for
+// SQL (…SQL); TestStateCodes keeps each pair equal.
+
+// Delivery states (deliveries.state).
+const (
+	deliveryPending = 0 // to plan
+	deliveryRunning = 1 // planned, tasks under way
+	deliveryDone    = 2
+	// deliveryParked is the state of a stream's delivery row until the
+	// stream ends: no planner claims it (they claim deliveryPending), and
+	// the row reserves the stream's id among the content ids of the shard.
+	deliveryParked = 3
+
+	deliveryPendingSQL = "0"
+	deliveryRunningSQL = "1"
+	deliveryDoneSQL    = "2"
+	deliveryParkedSQL  = "3"
+)
+
+// Delivery modes (deliveries.mode, fanout_tasks.mode).
+const (
+	ModePush       = 0 // every follower
+	ModePushActive = 1 // followers active recently; the others pull
+	ModePull       = 2 // nobody: every follower pulls
+
+	modePushSQL = "0"
+)
+
+// Author modes (authors.mode).
+const (
+	AuthorPush      = 0
+	AuthorSwitching = 1
+	AuthorPull      = 2
+
+	authorPushSQL      = "0"
+	authorSwitchingSQL = "1"
+)
+
+// Stream states (streams.state) and the host's lists that hold them
+// (streams.list): the queue holds previews and live streams, ordered by
+// pos descending (-scheduled_start for a preview, started_at once live, so
+// live streams come first, newest start first, then previews, earliest
+// first); the replay list holds ended streams by ended_at.
+const (
+	streamPreview = 0
+	streamLive    = 1
+	streamReplay  = 2
+
+	listNone    = 0
+	listQueue   = 1
+	listReplays = 2
+
+	streamLiveSQL   = "1"
+	streamReplaySQL = "2"
+	listNoneSQL     = "0"
+	listQueueSQL    = "1"
+	listReplaysSQL  = "2"
+)
