@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/feedhq/feed/httpapi"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
@@ -274,18 +275,6 @@ func ids[T any](items []T, id func(T) string) []string {
 }
 
 func postIDs(ps []post) []string { return ids(ps, func(p post) string { return p.ContentID }) }
-
-// waitFor polls cond until it holds, for at most 5 seconds.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still not %s after 5s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 func TestPublish(t *testing.T) {
 	t.Parallel()
@@ -652,11 +641,13 @@ func TestDelivery(t *testing.T) {
 		for _, fan := range fans {
 			wantStatus(t, v.do(t, http.MethodPut, fmt.Sprintf("/v1/users/%d/following/%d", fan, author), ""), http.StatusNoContent)
 		}
-		waitFor(t, "listed as followers", func() bool { return len(v.followers(t, author)) == 2 })
-		waitFor(t, "at rest", func() bool {
-			b, err := v.st.Backlog(context.Background())
-			return err == nil && b.Idle()
+		wait.For(t, "listed as followers", func() error {
+			if got := v.followers(t, author); len(got) != 2 {
+				return fmt.Errorf("followers %+v", got)
+			}
+			return nil
 		})
+		storetest.WaitIdle(t, v.st)
 
 		// Hold the author's follow edges, which the fan-out's writes into
 		// the followers' inboxes read FOR UPDATE, so those writes wait: the delivery is planned and running
@@ -672,7 +663,12 @@ func TestDelivery(t *testing.T) {
 			t.Fatalf("lock the follow edges: n=%d, %v", n, err)
 		}
 		p := v.publish(t, author, `{}`, http.StatusCreated)
-		waitFor(t, "running", func() bool { return v.delivery(t, author, p.ContentID).State == "running" })
+		wait.For(t, "the delivery running", func() error {
+			if d := v.delivery(t, author, p.ContentID); d.State != "running" {
+				return fmt.Errorf("delivery %+v", d)
+			}
+			return nil
+		})
 		if got, want := v.delivery(t, author, p.ContentID), (delivery{State: "running", Mode: "push", Recipients: 2}); got != want {
 			t.Fatalf("delivery %+v, want %+v", got, want)
 		}
@@ -680,7 +676,12 @@ func TestDelivery(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := delivery{State: "done", Mode: "push", Recipients: 2, Delivered: 2}
-		waitFor(t, "done", func() bool { return v.delivery(t, author, p.ContentID) == want })
+		wait.For(t, "the delivery done", func() error {
+			if d := v.delivery(t, author, p.ContentID); d != want {
+				return fmt.Errorf("delivery %+v", d)
+			}
+			return nil
+		})
 		for _, fan := range fans {
 			if got := v.feed(t, fan); !slices.Equal(got, []post{p}) {
 				t.Fatalf("follower's feed %+v, want %+v", got, p)
@@ -694,7 +695,12 @@ func TestDelivery(t *testing.T) {
 			// Done is fine only if the sweep already finished.
 			t.Fatalf("delivery %+v but a follower still has the post", d)
 		}
-		waitFor(t, "swept", func() bool { return v.delivery(t, author, p.ContentID) == want && swept() })
+		wait.For(t, "the post swept", func() error {
+			if d := v.delivery(t, author, p.ContentID); d != want || !swept() {
+				return fmt.Errorf("delivery %+v, followers' feeds %+v and %+v", d, v.feed(t, fans[0]), v.feed(t, fans[1]))
+			}
+			return nil
+		})
 	})
 }
 
@@ -813,7 +819,12 @@ func TestMuteAndHideRoutes(t *testing.T) {
 	}
 	wantStatus(t, at(http.MethodPut, "following", user, author), http.StatusNoContent)
 	p := v.publish(t, author, `{}`, http.StatusCreated)
-	waitFor(t, "the post in the feed", func() bool { return len(v.feed(t, user)) == 1 })
+	wait.For(t, "the post in the feed", func() error {
+		if got := v.feed(t, user); len(got) != 1 {
+			return fmt.Errorf("feed %+v", got)
+		}
+		return nil
+	})
 
 	before := time.Now().UnixMilli()
 	for range 2 {
@@ -852,15 +863,23 @@ func TestMuteAndHideRoutes(t *testing.T) {
 		UserID   string `json:"user_id"`
 		HiddenAt int64  `json:"hidden_at"`
 	}
-	waitFor(t, "the hide listed", func() bool {
+	wait.For(t, "the hide listed", func() error {
 		got := list[hidden](t, v, "/v1/users/"+u(author)+"/hidden_from", 10)
-		return len(got) == 1 && got[0].UserID == u(user) && got[0].HiddenAt >= before
+		if len(got) != 1 || got[0].UserID != u(user) || got[0].HiddenAt < before {
+			return fmt.Errorf("hidden_from %+v", got)
+		}
+		return nil
 	})
 	wantStatus(t, at(http.MethodDelete, "hidden_from", author, user), http.StatusNoContent)
 	if got := v.feed(t, user); !slices.Equal(got, []post{p}) {
 		t.Fatalf("feed after the unhide: %+v, want %+v", got, p)
 	}
-	waitFor(t, "the hide unlisted", func() bool { return len(list[hidden](t, v, "/v1/users/"+u(author)+"/hidden_from", 10)) == 0 })
+	wait.For(t, "the hide unlisted", func() error {
+		if got := list[hidden](t, v, "/v1/users/"+u(author)+"/hidden_from", 10); len(got) != 0 {
+			return fmt.Errorf("hidden_from %+v", got)
+		}
+		return nil
+	})
 }
 
 // TestFeedKindsParam checks the kinds query parameter's parsing; the
@@ -895,7 +914,12 @@ func TestFollowers(t *testing.T) {
 		return ids(list[follower](t, v, "/v1/users/"+u(author)+"/followers", limit), func(f follower) string { return f.UserID })
 	}
 	want := []string{u(nine), u(ten), u(hundred)}
-	waitFor(t, "listing 3 followers", func() bool { return len(userIDs(100)) == 3 })
+	wait.For(t, "listing 3 followers", func() error {
+		if got := userIDs(100); len(got) != 3 {
+			return fmt.Errorf("followers %v", got)
+		}
+		return nil
+	})
 	for _, limit := range []int{1, 2, 100} {
 		if got := userIDs(limit); !slices.Equal(got, want) {
 			t.Fatalf("limit %d: %v, want %v", limit, got, want)
@@ -909,7 +933,12 @@ func TestFollowers(t *testing.T) {
 		}
 	}
 	wantStatus(t, v.do(t, http.MethodDelete, fmt.Sprintf("/v1/users/%d/following/%d", ten, author), ""), http.StatusNoContent)
-	waitFor(t, "unlisting the unfollower", func() bool { return slices.Equal(userIDs(100), []string{u(nine), u(hundred)}) })
+	wait.For(t, "unlisting the unfollower", func() error {
+		if got := userIDs(100); !slices.Equal(got, []string{u(nine), u(hundred)}) {
+			return fmt.Errorf("followers %v", got)
+		}
+		return nil
+	})
 }
 
 func TestFeed(t *testing.T) {
@@ -932,10 +961,7 @@ func TestFeed(t *testing.T) {
 	stranger := v.id()
 	v.publishAt(t, stranger, v.id(), base) // not followed: never in the feed
 	want := []post{posts[0], posts[4], posts[3], posts[2], posts[1], posts[5]}
-	waitFor(t, "delivered", func() bool {
-		b, err := v.st.Backlog(context.Background())
-		return err == nil && b.Idle()
-	})
+	storetest.WaitIdle(t, v.st)
 	for _, limit := range []int{1, 2, 4, 6, 100} {
 		if got := list[post](t, v, "/v1/users/"+u(user)+"/feed", limit); !slices.Equal(got, want) {
 			t.Fatalf("limit %d: %v, want %v", limit, postIDs(got), postIDs(want))
@@ -990,7 +1016,12 @@ func TestFeed(t *testing.T) {
 	t.Run("a deleted post leaves the feed", func(t *testing.T) {
 		gone := posts[2]
 		wantStatus(t, v.do(t, http.MethodDelete, "/v1/users/"+u(b)+"/posts/"+gone.ContentID, ""), http.StatusNoContent)
-		waitFor(t, "gone from the feed", func() bool { return !slices.Contains(v.feed(t, user), gone) })
+		wait.For(t, "the post gone from the feed", func() error {
+			if got := v.feed(t, user); slices.Contains(got, gone) {
+				return fmt.Errorf("feed %v", postIDs(got))
+			}
+			return nil
+		})
 	})
 
 	t.Run("unfollow hides the author at once", func(t *testing.T) {

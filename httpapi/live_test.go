@@ -1,12 +1,15 @@
 package httpapi_test
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/feedhq/feed/internal/wait"
 )
 
 type stream struct {
@@ -86,11 +89,14 @@ func TestLiveRoutes(t *testing.T) {
 	}
 	// A new session sees the replay once its fan-out ran.
 	var fresh livePage
-	waitFor(t, "the replay in a new session", func() bool {
+	wait.For(t, "the replay in a new session", func() error {
 		r := v.do(t, http.MethodGet, feed+"?limit=5", "")
 		wantStatus(t, r, http.StatusOK)
 		r.decode(t, &fresh)
-		return slices.Equal(streamIDs(fresh.Items), []string{ids[1], ids[0]}) && fresh.Items[1].State == "replay"
+		if !slices.Equal(streamIDs(fresh.Items), []string{ids[1], ids[0]}) || fresh.Items[1].State != "replay" {
+			return fmt.Errorf("live page %+v", fresh.Items)
+		}
+		return nil
 	})
 
 	for _, tt := range []struct {

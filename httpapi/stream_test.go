@@ -9,6 +9,7 @@ import (
 
 	"github.com/feedhq/feed/httpapi"
 	"github.com/feedhq/feed/httpapi/client"
+	"github.com/feedhq/feed/internal/wait"
 )
 
 // openStream opens the user's stream with the token as ?access_token=
@@ -29,7 +30,7 @@ func nextEvents(t *testing.T, events <-chan client.Event, n int) ([]post, string
 	t.Helper()
 	var out []post
 	last := ""
-	timeout := time.After(30 * time.Second)
+	timeout := time.After(wait.Deadline)
 	for len(out) < n {
 		select {
 		case e, ok := <-events:
@@ -67,7 +68,9 @@ func TestStream(t *testing.T) {
 	if got, _ := nextEvents(t, events, 3); got[0] != posts[0] || got[1] != posts[1] || got[2] != posts[2] {
 		t.Fatalf("catch-up %v, want %v", postIDs(got), postIDs(posts))
 	}
-	time.Sleep(httpapi.ReadDeadlineDefault + 500*time.Millisecond) // the stream outlives a request deadline
+	// Not a wait for an event: the stream must outlive a request's deadline,
+	// a wall-clock timer the API takes no clock for, so real time passes.
+	time.Sleep(httpapi.ReadDeadlineDefault + 500*time.Millisecond)
 	p := v.publish(t, user, `{}`, http.StatusCreated)
 	got, lastID := nextEvents(t, events, 1)
 	if got[0] != p {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
 )
@@ -588,7 +589,6 @@ func TestFanoutSurvivesStops(t *testing.T) {
 		t.Fatalf("dead worker's first batch: %+v, %+v, %v", task, res, err)
 	}
 
-	deadline := time.Now().Add(60 * time.Second)
 	stops := 0
 	for round := 0; ; round++ {
 		softStop := time.Second
@@ -596,18 +596,15 @@ func TestFanoutSurvivesStops(t *testing.T) {
 			softStop = 0 // abort whatever is in flight
 		}
 		stop := runWorkers(h.svc, softStop)
+		t.Cleanup(stop)
 		// Stop once the workers covered another slice of the followers.
 		target := int64(round+1) * 600
-		for {
-			d, covered := progress(t, h, author, p.ContentID)
-			if covered < 0 || covered >= target {
-				break
+		wait.For(t, fmt.Sprintf("round %d: %d followers covered", round, target), func() error {
+			if d, covered := progress(t, h, author, p.ContentID); covered >= 0 && covered < target {
+				return fmt.Errorf("delivery %+v", d)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: delivery %+v after 60s", round, d)
-			}
-			time.Sleep(2 * time.Millisecond)
-		}
+			return nil
+		})
 		stop()
 		if _, covered := progress(t, h, author, p.ContentID); covered < 0 {
 			break
@@ -677,19 +674,15 @@ func TestDeleteDuringFanout(t *testing.T) {
 	h.seedFollowers(t, author, users)
 	keep := h.publish(t, author, 4_000_001, time.Now().UnixMilli()-1)
 	gone := h.publish(t, author, 4_000_002, time.Now().UnixMilli())
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	wait.For(t, "a quarter of the followers covered", func() error {
 		d, covered := progress(t, h, author, gone.ContentID)
-		if covered < 0 || covered >= n/4 {
-			t.Logf("deleting with the delivery at %+v", d)
-			break
+		if covered >= 0 && covered < n/4 {
+			h.failIfRefused(t)
+			return fmt.Errorf("delivery %+v", d)
 		}
-		h.failIfRefused(t)
-		if time.Now().After(deadline) {
-			t.Fatalf("delivery %+v after 60s", d)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		t.Logf("deleting with the delivery at %+v", d)
+		return nil
+	})
 	if err := h.svc.DeletePost(context.Background(), author, gone.ContentID); err != nil {
 		t.Fatal(err)
 	}
@@ -733,21 +726,22 @@ func TestFollowEventsSurviveStops(t *testing.T) {
 	rounds := 0
 	for stopped := false; !stopped; rounds++ {
 		stop := runWorkers(h.svc, 0)
+		t.Cleanup(stop)
 		// Let the workers apply a few events, then cut them off.
 		applied := len(followersOf(t, h.svc, author))
-		deadline := time.Now().Add(60 * time.Second)
-		for len(followersOf(t, h.svc, author)) < min(applied+30, n) && time.Now().Before(deadline) {
-			time.Sleep(2 * time.Millisecond)
-		}
+		want := min(applied+30, n)
+		wait.For(t, fmt.Sprintf("%d follow events applied", want), func() error {
+			if got := len(followersOf(t, h.svc, author)); got < want {
+				b, _ := h.store.Backlog(context.Background())
+				return fmt.Errorf("%d followers, backlog %+v", got, b)
+			}
+			return nil
+		})
 		stop()
 		select {
 		case <-done:
 			stopped = len(followersOf(t, h.svc, author)) == n
 		default:
-		}
-		if time.Now().After(deadline) {
-			b, _ := h.store.Backlog(context.Background())
-			t.Fatalf("follow events not applied after 60s: %d followers, backlog %+v", len(followersOf(t, h.svc, author)), b)
 		}
 	}
 	t.Logf("stopped the workers %d times", rounds)

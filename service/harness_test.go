@@ -51,6 +51,8 @@ type harnessOpts struct {
 	noWorkers  bool
 	configured func(*service.Config)
 	now        func() time.Time
+	// log, if not nil, gets the service's log records too.
+	log slog.Handler
 }
 
 // newHarness starts a service with short leases on fresh databases; workers
@@ -89,6 +91,9 @@ func newHarness(t testing.TB, opt harnessOpts) *harness {
 	}
 	refused := &refusals{}
 	log := slog.New(refused.handler())
+	if opt.log != nil {
+		log = slog.New(slog.NewMultiHandler(refused.handler(), opt.log))
+	}
 	reg := prometheus.NewRegistry()
 	svc, err := service.New(st, cfg, log, service.NewMetrics(reg), now)
 	if err != nil {

@@ -19,14 +19,15 @@ import (
 
 // farHarness is a harness, without workers, on two databases whose second
 // (db1) runs on a server of its own that the test can hang (SIGSTOP).
-func farHarness(t *testing.T, configured func(*service.Config)) (*harness, *storetest.Server) {
+func farHarness(t *testing.T, opt harnessOpts) (*harness, *storetest.Server) {
 	t.Helper()
 	srv := storetest.StartServer(t)
 	shards := storetest.NewShardMap(t, storetest.Options{Shards: 2})
 	far := shards.Databases["db1"]
 	far.DSN = srv.DSN + "feed"
 	shards.Databases["db1"] = far
-	return newHarness(t, harnessOpts{shardMap: shards, noWorkers: true, configured: configured}), srv
+	opt.shardMap, opt.noWorkers = shards, true
+	return newHarness(t, opt), srv
 }
 
 // TestFeedPartial reads a feed while the database of some followed authors
@@ -38,13 +39,13 @@ func farHarness(t *testing.T, configured func(*service.Config)) (*harness, *stor
 // out were never cached as having no posts.
 func TestFeedPartial(t *testing.T) {
 	t.Parallel()
-	h, srv := farHarness(t, func(c *service.Config) {
+	h, srv := farHarness(t, harnessOpts{configured: func(c *service.Config) {
 		c.InboxLimit = 3
 		c.PullCacheTTL = 2 * time.Second
 		// Long enough for the reader's own database on a loaded machine:
 		// each page with db1 hung waits it out once.
 		c.SourceTimeout = time.Second
-	})
+	}})
 	ctx := context.Background()
 	near, hung := idsOnShard(h, 0, 100, 2), idsOnShard(h, 1, 100, 2)
 	reader, author := near[0], near[1]

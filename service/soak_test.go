@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store/storetest"
 )
@@ -131,18 +132,17 @@ func TestSoak(t *testing.T) {
 // tombstones' sweep is a worker loop) and returns every table's count.
 func waitRows(t *testing.T, h *harness, table string, want int64) map[string]int64 {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		counts, err := storetest.RowCounts(context.Background(), h.store)
+	var counts map[string]int64
+	wait.For(t, fmt.Sprintf("%d rows in %s", want, table), func() error {
+		var err error
+		counts, err = storetest.RowCounts(context.Background(), h.store)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if counts[table] == want {
-			return counts
+		if counts[table] != want {
+			return fmt.Errorf("%s holds %d rows", table, counts[table])
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s holds %d rows after 60s, want %d", table, counts[table], want)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
+	return counts
 }

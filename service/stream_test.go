@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
 )
@@ -41,11 +44,28 @@ func openStream(t testing.TB, svc *service.Service, user uint64, since string) (
 	return sink.events, func() error { cancel(); return <-done }
 }
 
+// messageCount is a slog.Handler that counts the records with one message.
+type messageCount struct {
+	msg string
+	n   atomic.Int64
+}
+
+func (c *messageCount) Enabled(context.Context, slog.Level) bool { return true }
+func (c *messageCount) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *messageCount) WithGroup(string) slog.Handler            { return c }
+
+func (c *messageCount) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == c.msg {
+		c.n.Add(1)
+	}
+	return nil
+}
+
 // receive waits for n events. The wait only bounds a failing test.
 func receive(t testing.TB, events chan event, n int) []event {
 	t.Helper()
 	var out []event
-	timeout := time.After(60 * time.Second)
+	timeout := time.After(wait.Deadline)
 	for len(out) < n {
 		select {
 		case e := <-events:
@@ -207,10 +227,11 @@ func TestStreamWakesOnlyConcerned(t *testing.T) {
 // arrive in order.
 func TestStreamWaitsForAHungDatabase(t *testing.T) {
 	t.Parallel()
-	h, srv := farHarness(t, func(c *service.Config) {
+	failed := &messageCount{msg: "stream: read failed, retrying"}
+	h, srv := farHarness(t, harnessOpts{log: failed, configured: func(c *service.Config) {
 		c.SourceTimeout = 200 * time.Millisecond
 		c.PullCacheTTL = 0
-	})
+	}})
 	t.Cleanup(h.svc.CloseStreams)
 	reader, author := idsOnShard(h, 0, 100, 1)[0], idsOnShard(h, 1, 100, 1)[0]
 	// With no worker running the follow's backfill stays pending: every
@@ -226,8 +247,16 @@ func TestStreamWaitsForAHungDatabase(t *testing.T) {
 
 	srv.Stop()
 	events, _ := openStream(t, h.svc, reader, p.Top)
+	before := failed.n.Load()
 	newer := h.publish(t, reader, 3, base+2000)
-	time.Sleep(1500 * time.Millisecond) // a read or two fail meanwhile
+	// A read or two fail meanwhile: the second failure from here is of a
+	// read that began after the publish.
+	wait.For(t, "two stream reads failing after the publish", func() error {
+		if n := failed.n.Load() - before; n < 2 {
+			return fmt.Errorf("%d failed", n)
+		}
+		return nil
+	})
 	srv.Resume()
 	checkEvents(t, "after the database answers", receive(t, events, 2), []feed.Post{older, newer})
 }

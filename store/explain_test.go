@@ -102,20 +102,50 @@ func explainRows(t *testing.T, sh *store.Shard, q string, args ...any) []planRow
 	return out
 }
 
-// The hot reads must be backward range scans of a clustered primary key with
-// no sort: the page costs O(limit) however long the inbox or outbox is. The
-// keyset condition is written long-hand for this (see keysetOlder).
-func TestExplainRangeScans(t *testing.T) {
-	t.Parallel()
+// rangeScan asserts that every plan row of table is a range scan of
+// the primary key without a filesort.
+func rangeScan(t *testing.T, plan []planRow, table string, types ...string) {
+	t.Helper()
+	if len(types) == 0 {
+		types = []string{"range"}
+	}
+	seen := 0
+	for _, r := range plan {
+		if r["table"] != table {
+			continue
+		}
+		seen++
+		if r["key"] != "PRIMARY" || !slices.Contains(types, r["type"]) || strings.Contains(strings.ToLower(r["extra"]), "filesort") {
+			t.Errorf("plan of %s: %v; want key PRIMARY, type %v, no filesort", table, r, types)
+		}
+	}
+	if seen == 0 {
+		t.Errorf("no plan row for table %s in %v", table, plan)
+	}
+	for _, r := range plan {
+		if strings.Contains(strings.ToLower(r["extra"]), "filesort") {
+			t.Errorf("filesort in plan: %v", r)
+		}
+	}
+}
+
+// explainUsers users (and as many authors) have explainPer rows each in
+// explainShard's inbox and posts.
+const explainUsers, explainPer = 40, 150
+
+// explainShard is one database filled as for TestExplainRangeScans: the
+// optimizer chooses plans by table statistics, so the tables hold
+// realistic rows, analysed.
+func explainShard(t *testing.T) *store.Shard {
+	t.Helper()
 	st := newStore(t, 1)
 	sh := st.Shards()[0]
 
 	// Realistic tables: 40 users × 150 inbox rows, 40 authors × 150 posts
 	// with many equal publish times, 3 authors × 1000 followers.
-	const users, per = 40, 150
 	var inboxRows, postRows, followerRows, followingRows [][]any
-	for u := uint64(1); u <= users; u++ {
-		for i := range uint64(per) {
+	for u := uint64(1); u <= explainUsers; u++ {
+		for i := range uint64(explainPer) {
 			tm := t0 - int64(i/3)*1000
 			id := u*10_000 + i
 			inboxRows = append(inboxRows, []any{u, tm, id, u + 1000, "post"})
@@ -137,7 +167,7 @@ func TestExplainRangeScans(t *testing.T) {
 	insertRows(t, sh.DB, "INSERT INTO posts (author_id, publish_time, content_id, kind, deleted, created_at)", postRows)
 	insertRows(t, sh.DB, "INSERT INTO followers (author_id, user_id, followed_at)", followerRows)
 	insertRows(t, sh.DB, "INSERT INTO following (user_id, author_id, followed_at, pull)", followingRows)
-	for u := uint64(1); u <= users; u++ {
+	for u := uint64(1); u <= explainUsers; u++ {
 		must(t, st.MarkRead(t.Context(), u, t0, t0, t0-1))
 	}
 	// Queue tables as they usually are: a few ready rows among many done or
@@ -161,39 +191,21 @@ func TestExplainRangeScans(t *testing.T) {
 	for _, tbl := range []string{"inbox", "posts", "followers", "following", "deliveries", "fanout_tasks", "follow_events", "authors"} {
 		mustExec(t, sh.DB, "ANALYZE TABLE "+tbl)
 	}
+	return sh
+}
+
+// The hot reads must be backward range scans of a clustered primary key with
+// no sort: the page costs O(limit) however long the inbox or outbox is. The
+// keyset condition is written long-hand for this (see keysetOlder).
+func TestExplainRangeScans(t *testing.T) {
+	t.Parallel()
+	sh := explainShard(t)
 
 	top := store.Top
 	mid := struct {
 		t  int64
 		id uint64
 	}{t0 - 20_000, 7*10_000 + 61}
-
-	// rangeScan asserts that every plan row of table is a range scan of
-	// the primary key without a filesort.
-	rangeScan := func(t *testing.T, plan []planRow, table string, types ...string) {
-		t.Helper()
-		if len(types) == 0 {
-			types = []string{"range"}
-		}
-		seen := 0
-		for _, r := range plan {
-			if r["table"] != table {
-				continue
-			}
-			seen++
-			if r["key"] != "PRIMARY" || !slices.Contains(types, r["type"]) || strings.Contains(strings.ToLower(r["extra"]), "filesort") {
-				t.Errorf("plan of %s: %v; want key PRIMARY, type %v, no filesort", table, r, types)
-			}
-		}
-		if seen == 0 {
-			t.Errorf("no plan row for table %s in %v", table, plan)
-		}
-		for _, r := range plan {
-			if strings.Contains(strings.ToLower(r["extra"]), "filesort") {
-				t.Errorf("filesort in plan: %v", r)
-			}
-		}
-	}
 
 	t.Run("feed page", func(t *testing.T) {
 		t.Parallel()
@@ -252,7 +264,7 @@ func TestExplainRangeScans(t *testing.T) {
 	t.Run("pull heads", func(t *testing.T) {
 		t.Parallel()
 		var ids []uint64
-		for a := uint64(1); a <= users; a++ {
+		for a := uint64(1); a <= explainUsers; a++ {
 			ids = append(ids, a)
 		}
 		for _, hi := range []int64{top.PublishTime, mid.t} {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/feedhq/feed/httpapi/client"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -22,12 +24,14 @@ func TestDrain(t *testing.T) {
 		"--http-addr", "127.0.0.1:0", "--drain-delay", "3s")
 	p.waitStarted(t)
 	var base string
-	waitFor(t, "the listen address in the log", func() bool {
-		m := regexp.MustCompile(`msg="feedd: listening" addr=(\S+)`).FindStringSubmatch(p.out.String())
-		if m != nil {
-			base = "http://" + m[1]
+	wait.For(t, "the listen address in the log", func() error {
+		out := p.out.String()
+		m := regexp.MustCompile(`msg="feedd: listening" addr=(\S+)`).FindStringSubmatch(out)
+		if m == nil {
+			return fmt.Errorf("the log:\n%s", out)
 		}
-		return m != nil
+		base = "http://" + m[1]
+		return nil
 	})
 	c := client.New(base, "", &http.Client{Timeout: 10 * time.Second})
 	ctx := t.Context()
@@ -39,9 +43,12 @@ func TestDrain(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "readyz 503 draining", func() bool {
+	wait.For(t, "readyz 503 draining", func() error {
 		code, body := httpGet(t, base+"/readyz")
-		return code == http.StatusServiceUnavailable && strings.HasPrefix(body, `{"status":"draining"`)
+		if code != http.StatusServiceUnavailable || !strings.HasPrefix(body, `{"status":"draining"`) {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
 	})
 	if _, err := c.Feed(ctx, 100, 10, ""); err != nil {
 		t.Fatalf("a feed request while draining: %v", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/feedhq/feed/httpapi/client"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -71,28 +72,28 @@ func TestWriteStall(t *testing.T) {
 	}
 
 	// Readiness drops: the probe cannot write.
-	waitFor(t, "readyz 503 naming the database down", func() bool {
-		code, body := httpGet(t, base+"/readyz")
-		return code == http.StatusServiceUnavailable && body == `{"status":"unavailable","databases":{"main":"down"}}`+"\n"
-	})
+	waitReady(t, base, http.StatusServiceUnavailable, `{"status":"unavailable","databases":{"main":"down"}}`)
 	// The timed-out statements were killed on the server: nothing of the
 	// API's waits there (probes come and go, each within its deadline).
-	waitFor(t, "no API statement left waiting on the server", func() bool {
+	wait.For(t, "no API statement left waiting on the server", func() error {
 		var n int
 		err := admin.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
 			WHERE DB = 'feed' AND COMMAND = 'Query' AND INFO NOT LIKE '%health%' AND ID <> CONNECTION_ID()`).Scan(&n)
 		must(t, err)
-		return n == 0
+		if n != 0 {
+			return fmt.Errorf("%d statements running", n)
+		}
+		return nil
 	})
-	waitFor(t, "the 499 metered", func() bool {
-		return metricValue(t, base, `feed_http_requests_total{method="POST",route="/v1/users/:id/posts",status="499"}`) == 1
+	wait.For(t, "the 499 metered", func() error {
+		if v := metricValue(t, base, `feed_http_requests_total{method="POST",route="/v1/users/:id/posts",status="499"}`); v != 1 {
+			return fmt.Errorf("%v 499s metered", v)
+		}
+		return nil
 	})
 
 	unlock()
-	waitFor(t, "readyz 200", func() bool {
-		code, _ := httpGet(t, base+"/readyz")
-		return code == http.StatusOK
-	})
+	waitReady(t, base, http.StatusOK, "")
 	// Retrying the timed-out writes is safe: each is applied once.
 	if _, created, err := c.Publish(ctx, author, post); err != nil {
 		t.Fatal(err)
@@ -110,10 +111,14 @@ func TestWriteStall(t *testing.T) {
 		t.Errorf("author's posts %s, want 11,10 (13 and 12 never committed: both were cut off before)", got)
 	}
 	// Nothing piles up: requests and connections return to rest.
-	waitFor(t, "no request in flight but this scrape, no connection in use", func() bool {
-		return metricValue(t, base, `feed_http_requests_in_flight`) == 1 &&
-			metricValue(t, base, `feed_db_connections{class="reads",database="main",state="in_use"}`) == 0 &&
-			metricValue(t, base, `feed_db_connections{class="writes",database="main",state="in_use"}`) == 0
+	wait.For(t, "no request in flight but this scrape, no connection in use", func() error {
+		flight := metricValue(t, base, `feed_http_requests_in_flight`)
+		reads := metricValue(t, base, `feed_db_connections{class="reads",database="main",state="in_use"}`)
+		writes := metricValue(t, base, `feed_db_connections{class="writes",database="main",state="in_use"}`)
+		if flight != 1 || reads != 0 || writes != 0 {
+			return fmt.Errorf("%v requests in flight, %v read and %v write connections in use", flight, reads, writes)
+		}
+		return nil
 	})
 	for _, outcome := range []string{"retried", "gave_up"} {
 		if v := metricValue(t, base, `feed_db_conflicts_total{database="main",outcome="`+outcome+`"}`); v < 0 {
@@ -173,16 +178,17 @@ func metricValue(t *testing.T, base, series string) float64 {
 	return v
 }
 
-// waitFor polls cond for up to 10 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// waitReady waits until base's /readyz answers status, with body unless
+// body is empty.
+func waitReady(t *testing.T, base string, status int, body string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	wait.For(t, fmt.Sprintf("readyz %d %s", status, body), func() error {
+		code, got := httpGet(t, base+"/readyz")
+		if code != status || body != "" && got != body+"\n" {
+			return fmt.Errorf("readyz %d %s", code, got)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func must(t *testing.T, err error) {
@@ -207,36 +213,35 @@ func TestDatabaseDown(t *testing.T) {
 	must(t, c.Follow(ctx, user, author))
 
 	srv.Kill()
-	waitFor(t, "readyz 503 naming the database down", func() bool {
-		code, body := httpGet(t, base+"/readyz")
-		return code == http.StatusServiceUnavailable && body == `{"status":"unavailable","databases":{"main":"down"}}`+"\n"
-	})
+	waitReady(t, base, http.StatusServiceUnavailable, `{"status":"unavailable","databases":{"main":"down"}}`)
 	_, _, err := c.Publish(ctx, author, client.PublishRequest{ContentID: "10"})
 	wantAPIError(t, err, http.StatusServiceUnavailable, "unavailable")
-	// Let the workers fail for a while: 20 ms polls would log hundreds of
-	// lines if each failure were logged.
-	waitFor(t, "workers failing", func() bool {
-		return metricValue(t, base, `feed_worker_errors_total{loop="fanout"}`) >= 3
+	// Let the workers fail a few times in a row (backing off from 100 ms):
+	// each failure logged would make as many lines.
+	wait.For(t, "the fan-out failing 5 times", func() error {
+		if v := metricValue(t, base, `feed_worker_errors_total{loop="fanout"}`); v < 5 {
+			return fmt.Errorf("%v failures", v)
+		}
+		return nil
 	})
-	time.Sleep(time.Second)
 	if n := strings.Count(log.String(), "level=ERROR"); n != 1 {
 		t.Errorf("%d error lines for one outage, want 1 (the health transition):\n%s", n, log.String())
 	}
 
 	srv.Restart(t)
-	waitFor(t, "readyz 200", func() bool {
-		code, _ := httpGet(t, base+"/readyz")
-		return code == http.StatusOK
-	})
+	waitReady(t, base, http.StatusOK, "")
 	if n := strings.Count(log.String(), "health: database up again"); n != 1 {
 		t.Errorf("recovery logged %d times, want once", n)
 	}
 	if _, _, err := c.Publish(ctx, author, client.PublishRequest{ContentID: "10"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the post in the follower's feed", func() bool {
+	wait.For(t, "the post in the follower's feed", func() error {
 		page, err := c.Feed(ctx, user, 10, "")
-		return err == nil && len(page.Items) == 1 && page.Items[0].ContentID == "10"
+		if err != nil || len(page.Items) != 1 || page.Items[0].ContentID != "10" {
+			return fmt.Errorf("feed %+v, %v", page, err)
+		}
+		return nil
 	})
 }
 
@@ -282,11 +287,14 @@ func TestReadsDuringWriteStall(t *testing.T) {
 			results <- err
 		}()
 	}
-	waitFor(t, "workers and publishes waiting for the lock", func() bool {
+	wait.For(t, "8 workers and publishes waiting for the lock", func() error {
 		var n int
 		must(t, admin.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.PROCESSLIST
 			WHERE DB = 'feed' AND STATE LIKE 'Waiting for %lock%' AND INFO NOT LIKE '%health%'`).Scan(&n))
-		return n >= 8
+		if n < 8 {
+			return fmt.Errorf("%d waiting", n)
+		}
+		return nil
 	})
 	for r := range readers {
 		if _, err := c.Feed(ctx, uint64(100+r), 20, ""); err != nil {
@@ -309,7 +317,7 @@ func TestReadsDuringWriteStall(t *testing.T) {
 		want = append(want, strconv.Itoa(1000+i))
 	}
 	for r := range readers {
-		waitFor(t, "every post in every feed, once", func() bool {
+		wait.For(t, fmt.Sprintf("every post in the feed of %d, once", 100+r), func() error {
 			var got []string
 			for p, err := range client.All(ctx, 100, func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
 				return c.Feed(ctx, uint64(100+r), limit, cursor)
@@ -317,7 +325,10 @@ func TestReadsDuringWriteStall(t *testing.T) {
 				must(t, err)
 				got = append(got, p.ContentID)
 			}
-			return slices.Equal(got, want)
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("feed %v", got)
+			}
+			return nil
 		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/feedhq/feed/httpapi/client"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -111,9 +112,11 @@ func TestPartialFeed(t *testing.T) {
 	} {
 		outage.down()
 		// Pages stay complete while the outbox cache holds b's authors.
-		waitFor(t, outage.name+": partial pages", func() bool {
-			p, err := c.Feed(ctx, reader, 3, "")
-			return err == nil && p.Partial
+		wait.For(t, outage.name+": partial pages", func() error {
+			if p, err := c.Feed(ctx, reader, 3, ""); err != nil || !p.Partial {
+				return fmt.Errorf("page %+v, %v", p, err)
+			}
+			return nil
 		})
 		wantWalk(outage.name, walk(outage.name, true), reachable)
 		if code, body := httpGet(t, firstPage); code != http.StatusOK || !strings.HasSuffix(body, partialTail+"\n") {
@@ -125,9 +128,11 @@ func TestPartialFeed(t *testing.T) {
 		wantAPIError(t, err, http.StatusServiceUnavailable, "unavailable")
 
 		outage.up()
-		waitFor(t, outage.name+": complete pages", func() bool {
-			p, err := c.Feed(ctx, reader, 3, "")
-			return err == nil && !p.Partial
+		wait.For(t, outage.name+": complete pages", func() error {
+			if p, err := c.Feed(ctx, reader, 3, ""); err != nil || p.Partial {
+				return fmt.Errorf("page %+v, %v", p, err)
+			}
+			return nil
 		})
 		wantWalk(outage.name+", back", walk(outage.name+", back", false), all)
 		if code, body := httpGet(t, firstPage); code != http.StatusOK || strings.Contains(body, "partial") || strings.Contains(body, "missing_authors") {
@@ -136,9 +141,11 @@ func TestPartialFeed(t *testing.T) {
 	}
 
 	backupLock(t, srv)
-	waitFor(t, "b reported down under the lock", func() bool {
-		_, body := httpGet(t, base+"/readyz")
-		return strings.Contains(body, `"b":"down"`)
+	wait.For(t, "b reported down under the lock", func() error {
+		if code, body := httpGet(t, base+"/readyz"); !strings.Contains(body, `"b":"down"`) {
+			return fmt.Errorf("readyz %d %s", code, body)
+		}
+		return nil
 	})
 	wantWalk("b under a backup's lock", walk("b under a backup's lock", false), all)
 }

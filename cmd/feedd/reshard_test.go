@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/feedhq/feed/httpapi/client"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store/reshard"
 	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
@@ -82,7 +83,14 @@ func TestReshard(t *testing.T) {
 		t.Helper()
 		stop := w.run(ctx, 3)
 		during()
-		time.Sleep(200 * time.Millisecond) // writes after the cut-over too
+		// Writes after the cut-over too.
+		after := w.published() + 5
+		wait.For(t, fmt.Sprintf("%d posts published", after), func() error {
+			if n := w.published(); n < after {
+				return fmt.Errorf("%d published", n)
+			}
+			return nil
+		})
 		if err := stop(); err != nil {
 			t.Fatalf("load during the move to %s: %v", filepath.Base(path), err)
 		}
@@ -110,21 +118,27 @@ func TestReshard(t *testing.T) {
 			// and the last run does the whole apply to its cut-over beside
 			// the load (on MyRocks, with fan-out waiting out row locks): the
 			// bound catches a hang, not a slow machine.
-			for deadline := time.Now().Add(3 * time.Minute); !regexp.MustCompile(at).MatchString(p.out.String()); {
-				exited := p.exited()
-				if exited && p.err == nil {
-					break // an earlier kill came after the cut-over: nothing was left
+			wait.Within(t, 3*time.Minute, fmt.Sprintf("reshard apply at %q", at), func() error {
+				exited := p.exited() // before the log is read: an exit's last lines are in it
+				out := p.out.String()
+				switch {
+				case regexp.MustCompile(at).MatchString(out):
+					return nil
+				case exited && p.err == nil:
+					return nil // an earlier kill came after the cut-over: nothing was left
+				case exited:
+					t.Fatalf("reshard apply exited before %q: %v\n%s", at, p.err, out)
 				}
-				if exited || time.Now().After(deadline) {
-					t.Fatalf("reshard apply did not reach %q: %v\n%s", at, p.err, p.out.String())
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+				return fmt.Errorf("its log:\n%s", out)
+			})
 			p.kill()
 			if strings.HasPrefix(at, "verify") {
 				// The serving process reports the reshard it probes.
-				waitFor(t, "reshard metrics", func() bool {
-					return metricValue(t, "http://"+m.Addr(), `feed_reshard_copied_rows{database="a"}`) > 0
+				wait.For(t, "reshard metrics", func() error {
+					if v := metricValue(t, "http://"+m.Addr(), `feed_reshard_copied_rows{database="a"}`); v <= 0 {
+						return fmt.Errorf("feed_reshard_copied_rows %v", v)
+					}
+					return nil
 				})
 			}
 		}
@@ -178,7 +192,7 @@ func retry(ctx context.Context, op func() error) error {
 		if err == nil || !errors.As(err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable || ctx.Err() != nil {
 			return err
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a client's pause before it retries a 503: not a wait
 	}
 }
 
@@ -223,6 +237,13 @@ func (w *workload) delete(ctx context.Context, id uint64) error {
 		w.mu.Unlock()
 	}
 	return err
+}
+
+// published is how many posts the workload's publishes were acknowledged.
+func (w *workload) published() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.posts)
 }
 
 // seed gives every user three authors and every author four posts.
@@ -287,7 +308,7 @@ func (w *workload) run(ctx context.Context, n int) (stop func() error) {
 				errs <- fmt.Errorf("feed of %d: %w", u, err)
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // a load, not a flood
 		}
 	})
 	return func() error {
@@ -352,7 +373,7 @@ func (w *workload) check(t *testing.T) {
 		want := newest(es)
 		// The last feed read, against the one wanted, says which write it
 		// lost or kept.
-		eventually(t, 10*time.Second, fmt.Sprintf("the feed of %d", u), func() error {
+		wait.For(t, fmt.Sprintf("the feed of %d", u), func() error {
 			got := read(func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
 				return w.c.Feed(ctx, u, limit, cursor)
 			})
@@ -385,11 +406,17 @@ func TestReshardAbort(t *testing.T) {
 	p := startFeedd(t, bin, "reshard apply", "reshard", "apply", "--sharding", two, "--batch-size", "2", "--throttle", "5ms")
 	// Creating the triggers waits for metadata locks, and the tables before
 	// following are copied two rows a batch: a minute on a busy machine.
-	for deadline := time.Now().Add(time.Minute); !regexp.MustCompile(`copy +following`).MatchString(p.out.String()); time.Sleep(20 * time.Millisecond) {
-		if p.exited() || time.Now().After(deadline) {
-			t.Fatalf("reshard apply did not reach copying following: %v\n%s", p.err, p.out.String())
+	wait.For(t, "reshard apply copying following", func() error {
+		exited := p.exited() // before the log is read: an exit's last lines are in it
+		out := p.out.String()
+		if regexp.MustCompile(`copy +following`).MatchString(out) {
+			return nil
 		}
-	}
+		if exited {
+			t.Fatalf("reshard apply exited before copying following: %v\n%s", p.err, out)
+		}
+		return fmt.Errorf("its log:\n%s", out)
+	})
 	p.kill()
 	runFeedd(t, bin, "reshard", "abort", "--sharding", two, "--progress=false")
 	db, err := sql.Open("mysql", dsnB)
@@ -423,16 +450,16 @@ func snapshot(t *testing.T, c *client.Client, users, authors []uint64) map[strin
 	ctx := t.Context()
 	out := map[string][]string{}
 	collect := func(key string, fetch func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error)) {
-		waitFor(t, "a complete "+key, func() bool {
+		wait.For(t, "a complete "+key, func() error {
 			var ids []string
 			for p, err := range client.All(ctx, 7, fetch) {
 				if err != nil {
-					return false
+					return err
 				}
 				ids = append(ids, p.ContentID)
 			}
 			out[key] = ids
-			return true
+			return nil
 		})
 	}
 	for _, u := range users {
@@ -455,7 +482,7 @@ func snapshot(t *testing.T, c *client.Client, users, authors []uint64) map[strin
 		// Followers lists trail follows by the follow worker: wait for
 		// them to settle before recording.
 		var followers []string
-		waitFor(t, "followers settled", func() bool {
+		wait.For(t, fmt.Sprintf("the followers of %d settled", a), func() error {
 			var got []string
 			for f, err := range client.All(ctx, 100, func(ctx context.Context, limit int, cursor string) (client.Page[client.Follower], error) {
 				return c.Followers(ctx, a, limit, cursor)
@@ -463,9 +490,12 @@ func snapshot(t *testing.T, c *client.Client, users, authors []uint64) map[strin
 				must(t, err)
 				got = append(got, f.UserID)
 			}
-			done := slices.Equal(got, followers)
+			last := followers
 			followers = got
-			return done
+			if !slices.Equal(got, last) {
+				return fmt.Errorf("followers %v, then %v", last, got)
+			}
+			return nil
 		})
 		out[fmt.Sprintf("followers %d", a)] = followers
 	}
@@ -476,18 +506,18 @@ func snapshot(t *testing.T, c *client.Client, users, authors []uint64) map[strin
 // and retractions done, follow events applied.
 func settle(t *testing.T, dsn map[string]string) {
 	t.Helper()
-	waitFor(t, "idle workers", func() bool {
-		for _, d := range dsn {
+	wait.For(t, "idle workers", func() error {
+		for name, d := range dsn {
 			db, err := sql.Open("mysql", d)
 			must(t, err)
 			var n int
 			err = db.QueryRowContext(t.Context(), `SELECT (SELECT COUNT(*) FROM deliveries WHERE state <> 2) + (SELECT COUNT(*) FROM follow_events)`).Scan(&n)
 			db.Close()
 			if err == nil && n > 0 {
-				return false
+				return fmt.Errorf("%d deliveries and follow events queued on %s", n, name)
 			}
 		}
-		return true
+		return nil
 	})
 }
 

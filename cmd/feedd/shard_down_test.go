@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/feedhq/feed/httpapi/client"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
 )
@@ -82,17 +83,22 @@ func TestOneShardDown(t *testing.T) {
 		_, err := publish(a)
 		must(t, err)
 	}
-	waitFor(t, "the big author in pull mode", func() bool {
+	wait.For(t, "the big author in pull mode", func() error {
 		p, err := publish(big)
 		must(t, err)
-		for {
-			d, err := c.Delivery(ctx, big, parseID(t, p.ContentID))
+		var d client.Delivery
+		wait.For(t, fmt.Sprintf("the delivery of %s planned", p.ContentID), func() error {
+			d, err = c.Delivery(ctx, big, parseID(t, p.ContentID))
 			must(t, err)
-			if d.State != "pending" {
-				return d.Mode == "push_active"
+			if d.State == "pending" {
+				return fmt.Errorf("delivery %+v", d)
 			}
-			time.Sleep(20 * time.Millisecond)
+			return nil
+		})
+		if d.Mode != "push_active" {
+			return fmt.Errorf("post %s delivered in mode %s", p.ContentID, d.Mode)
 		}
+		return nil
 	})
 
 	for _, round := range []struct {
@@ -111,7 +117,7 @@ func TestOneShardDown(t *testing.T) {
 			load.Go(func() {
 				for lctx.Err() == nil {
 					_, _ = publish(a)
-					time.Sleep(50 * time.Millisecond)
+					time.Sleep(50 * time.Millisecond) // paces the load: not a wait
 				}
 			})
 		}
@@ -126,24 +132,17 @@ func TestOneShardDown(t *testing.T) {
 		})
 
 		round.down()
-		waitFor(t, "readyz naming b down", func() bool {
-			code, body := httpGet(t, base+"/readyz")
-			return code == http.StatusOK && body == `{"status":"ready","databases":{"a":"up","b":"down"}}`+"\n"
-		})
+		waitReady(t, base, http.StatusOK, `{"status":"ready","databases":{"a":"up","b":"down"}}`)
 		// A post by an author on a reaches the followers on a while b's
 		// share waits, and the delivery says which database it waits for.
 		author := authorsA[0]
 		p, err := publish(author)
 		must(t, err)
 		id := p.ContentID
-		deadline := time.Now().Add(3 * time.Second)
 		for _, u := range usersA {
-			for !feedHas(ctx, c, u, id) {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: post %s of an author on a did not reach user %d on a within 3 s", round.name, id, u)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			wait.For(t, fmt.Sprintf("%s: post %s of an author on a in the feed of user %d on a", round.name, id, u), func() error {
+				return feedHas(ctx, c, u, id)
+			})
 		}
 		d, err := c.Delivery(ctx, author, parseID(t, id))
 		must(t, err)
@@ -152,10 +151,13 @@ func TestOneShardDown(t *testing.T) {
 		}
 		// Readers on a whose pull author lives on b get partial pages
 		// naming it (once the outbox cache's second has passed).
-		waitFor(t, "a partial page naming the pull author on b", func() bool {
+		wait.For(t, "a partial page naming the pull author on b", func() error {
 			page, err := c.Feed(ctx, usersA[1], 20, "")
 			must(t, err)
-			return page.Partial && slices.Equal(page.MissingAuthors, []string{strconv.FormatUint(big, 10)})
+			if !page.Partial || !slices.Equal(page.MissingAuthors, []string{strconv.FormatUint(big, 10)}) {
+				return fmt.Errorf("page partial %v, missing authors %v", page.Partial, page.MissingAuthors)
+			}
+			return nil
 		})
 		// Users on b: 503 within the deadline.
 		for _, u := range usersB {
@@ -167,10 +169,7 @@ func TestOneShardDown(t *testing.T) {
 		follow(usersA[0], ids(false, 8000, 1)[0])
 
 		round.up()
-		waitFor(t, "readyz naming both up", func() bool {
-			code, body := httpGet(t, base+"/readyz")
-			return code == http.StatusOK && body == `{"status":"ready","databases":{"a":"up","b":"up"}}`+"\n"
-		})
+		waitReady(t, base, http.StatusOK, `{"status":"ready","databases":{"a":"up","b":"up"}}`)
 		stopLoad()
 		load.Wait()
 	}
@@ -187,25 +186,35 @@ func TestOneShardDown(t *testing.T) {
 		for i, p := range all {
 			want[i] = p.ContentID
 		}
-		waitFor(t, fmt.Sprintf("the feed of user %d complete", u), func() bool {
+		wait.For(t, fmt.Sprintf("the feed of user %d complete", u), func() error {
 			var got []string
 			for p, err := range client.All(ctx, 100, func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
 				return c.Feed(ctx, u, limit, cursor)
 			}) {
 				if err != nil {
-					return false
+					return err
 				}
 				got = append(got, p.ContentID)
 			}
-			return slices.Equal(got, want)
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("feed %v, want %v", got, want)
+			}
+			return nil
 		})
 	}
 }
 
-// feedHas says whether the first page of u's feed holds content id id.
-func feedHas(ctx context.Context, c *client.Client, u uint64, id string) bool {
+// feedHas returns nil when the first page of u's feed holds content id id,
+// else what the page held.
+func feedHas(ctx context.Context, c *client.Client, u uint64, id string) error {
 	page, err := c.Feed(ctx, u, 100, "")
-	return err == nil && slices.ContainsFunc(page.Items, func(p client.Post) bool { return p.ContentID == id })
+	if err != nil {
+		return err
+	}
+	if !slices.ContainsFunc(page.Items, func(p client.Post) bool { return p.ContentID == id }) {
+		return fmt.Errorf("first page %v", page.Items)
+	}
+	return nil
 }
 
 func parseID(t *testing.T, s string) uint64 {

@@ -2,12 +2,13 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/reshard"
 	"github.com/feedhq/feed/store/shardmap"
@@ -76,15 +77,12 @@ func TestConsoleReshard(t *testing.T) {
 	if resp.StatusCode != 303 {
 		t.Fatalf("abort: %d", resp.StatusCode)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		_, page = f.get(t, "/console/reshard")
-		if strings.Contains(page, "last abort ended") {
-			break
+	wait.For(t, "the abort ended", func() error {
+		if _, page = f.get(t, "/console/reshard"); !strings.Contains(page, "last abort ended") {
+			return fmt.Errorf("the reshard page:\n%s", page)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the abort did not end:\n%s", page)
-		}
-	}
+		return nil
+	})
 	mustContain(t, page, "done", "None.")
 	if under, err := store.ReshardUnderWay(ctx, st.Shards()[1].DB); err != nil || under != "" {
 		t.Errorf("db1 still records a reshard to %q (%v)", under, err)

@@ -28,6 +28,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
@@ -65,7 +66,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	dsn := storetest.DatabaseDSN(t)
 	leaveStuckDelivery(ctx, t, dsn)
 	f := startFeedd(ctx, t, dsn)
-	f.seed(ctx, t)
+	f.seed(t)
 
 	bctx, cancel := chromedp.NewContext(ctx, chromedp.WithAllocatorOptions(
 		chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900)))
@@ -222,17 +223,18 @@ func startFeedd(ctx context.Context, t *testing.T, dsn string) *feedd {
 		}
 	})
 	f := &feedd{base: "http://" + addr}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if resp, err := http.Get(f.base + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return f
-			}
+	wait.For(t, "feedd ready", func() error {
+		resp, err := http.Get(f.base + "/readyz")
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("feedd did not become ready")
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
 		}
-	}
+		return nil
+	})
+	return f
 }
 
 // call sends an API request with the token and decodes the JSON answer
@@ -308,7 +310,7 @@ func (f *feedd) feedPage(t *testing.T, cursor string) ([]string, string) {
 // seed makes the reader follow three authors with posts each and the big
 // author, gives the big author its followers, and waits until the follows
 // are applied and the posts delivered.
-func (f *feedd) seed(ctx context.Context, t *testing.T) {
+func (f *feedd) seed(t *testing.T) {
 	t.Helper()
 	for _, a := range append(slices.Clone(followed), bigAuthor) {
 		f.call(t, http.MethodPut, fmt.Sprintf("/v1/users/%d/following/%d", reader, a), nil, nil)
@@ -322,33 +324,30 @@ func (f *feedd) seed(ctx context.Context, t *testing.T) {
 			last = f.publish(t, a)
 		}
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		if f.delivery(t, followed[len(followed)-1], last).State == feed.DeliveryDone && f.followers(t, bigAuthor) == bigFollowers {
-			break
+	wait.For(t, "the seeding settled", func() error {
+		d, n := f.delivery(t, followed[len(followed)-1], last), f.followers(t, bigAuthor)
+		if d.State != feed.DeliveryDone || n != bigFollowers {
+			return fmt.Errorf("last delivery %+v, %d followers", d, n)
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("seeding did not settle: %d followers", f.followers(t, bigAuthor))
-		}
-	}
+		return nil
+	})
 	// Past the push threshold the big author switches to pull mode; its
 	// posts from then on skip the reader, who has not read yet, and the
 	// reader's feed merges them from its outbox.
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+	wait.For(t, "the big author in pull mode", func() error {
 		post := f.publish(t, bigAuthor)
-		d := f.delivery(t, bigAuthor, post)
-		for ; d.State != feed.DeliveryDone; d = f.delivery(t, bigAuthor, post) {
-			if time.Now().After(deadline) || ctx.Err() != nil {
-				t.Fatalf("delivery of %d: %+v", post, d)
+		var d delivery
+		wait.For(t, fmt.Sprintf("the delivery of %d", post), func() error {
+			if d = f.delivery(t, bigAuthor, post); d.State != feed.DeliveryDone {
+				return fmt.Errorf("delivery %+v", d)
 			}
-			time.Sleep(50 * time.Millisecond)
+			return nil
+		})
+		if d.Mode != feed.ModePushActive {
+			return fmt.Errorf("post %d delivered in mode %s", post, d.Mode)
 		}
-		if d.Mode == feed.ModePushActive {
-			return
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatal("the big author did not switch to pull mode")
-		}
-	}
+		return nil
+	})
 }
 
 type delivery struct {
