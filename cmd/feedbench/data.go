@@ -8,7 +8,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
-	"github.com/feedhq/feed/store/storetest"
+	"github.com/feedhq/feed/store/storeload"
 )
 
 // Id layout. All ids live on one shard; user ids are spread so that the
@@ -89,7 +89,7 @@ func (b *bench) loadInboxes(ctx context.Context, st *store.Store, users []uint64
 	// Every user has a header row, as a live user has from the first follow
 	// on, with a floor as trimming leaves one (here: below every loaded
 	// row, none of which is missing); its rows arrive below it.
-	if err := storetest.ImportActivity(ctx, st, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
+	if err := storeload.Activity(ctx, st, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
 		return 0, err
 	}
 	n := len(users)

@@ -173,7 +173,7 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("feedbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.DSN, "dsn", "", "server DSN without a database name (default $"+envDSN+"; unset: a MySQL 8.4 testcontainer)")
+	fs.StringVar(&o.DSN, "dsn", "", "server DSN without a database name (default $"+envDSN+"; unset: a mariadbd of its own)")
 	fs.StringVar(&o.Out, "out", o.Out, "report file to write")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the benchmark database instead of dropping it")
 	fs.BoolVar(&o.Quick, "quick", false, "tiny sizes: a smoke run of a few seconds")

@@ -15,8 +15,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
-	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
 
+	"github.com/feedhq/feed/internal/dbserver"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
 )
@@ -77,9 +77,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 func measure(ctx context.Context, opt options, args []string, log *slog.Logger) (rep *report, err error) {
 	server := opt.DSN
 	if server == "" {
-		dsn, stop, err := startContainer(ctx, log)
+		dsn, stop, err := startServer(log)
 		if err != nil {
-			return nil, fmt.Errorf("%s is not set and no MySQL container could be started: %w", envDSN, err)
+			return nil, fmt.Errorf("neither -dsn nor %s is set, and no mariadbd of its own could be started: %w", envDSN, err)
 		}
 		defer stop()
 		server = dsn
@@ -277,25 +277,23 @@ func uniqueDatabaseName() string {
 	return "feedbench_" + time.Now().UTC().Format("20060102t150405") + "_" + hex.EncodeToString(rnd[:])
 }
 
-// startContainer starts a MySQL 8.4 testcontainer, as the tests do when
-// Docker answers and no DSN is given; stop terminates it.
-func startContainer(ctx context.Context, log *slog.Logger) (dsn string, stop func(), err error) {
-	log.Info("feedbench: no DSN given; starting a mysql:8.4 testcontainer")
-	c, err := tcmysql.Run(ctx, "mysql:8.4", tcmysql.WithDatabase("feed"), tcmysql.WithUsername("root"), tcmysql.WithPassword("feed"))
+// startServer launches a mariadbd of its own (internal/dbserver) in a
+// temporary directory, with no option file and room for the phases'
+// connections; stop kills it and removes its files.
+func startServer(log *slog.Logger) (dsn string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "feedbench-server-")
 	if err != nil {
 		return "", nil, err
 	}
-	stop = func() { _ = c.Terminate(context.WithoutCancel(ctx)) }
-	conn, err := c.ConnectionString(ctx)
+	srv, err := dbserver.Launch(dir, "--no-defaults", "--max-connections=1000")
 	if err != nil {
-		stop()
+		_ = os.RemoveAll(dir)
 		return "", nil, err
 	}
-	cfg, err := mysql.ParseDSN(conn)
-	if err != nil {
-		stop()
-		return "", nil, err
-	}
-	cfg.DBName = ""
-	return cfg.FormatDSN(), stop, nil
+	log.Info("feedbench: no DSN given; started a mariadbd of its own", "dsn", srv.DSN, "dir", dir)
+	return srv.DSN, func() {
+		srv.Kill()
+		dbserver.RemoveTemplate()
+		_ = os.RemoveAll(dir)
+	}, nil
 }

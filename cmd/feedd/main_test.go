@@ -22,6 +22,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/feedhq/feed/httpapi/client"
+	"github.com/feedhq/feed/internal/dbserver"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/storetest"
 )
@@ -29,7 +30,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	removeBuild()
-	storetest.RemoveServerTemplate()
+	dbserver.RemoveTemplate()
 	os.Exit(code)
 }
 
