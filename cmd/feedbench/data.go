@@ -163,6 +163,36 @@ func loadedKind(r int) string {
 	return feed.KindPost
 }
 
+// footprintAsLoaded is phase D's first footprint, taken before any other
+// phase writes to the inbox.
+func (b *bench) footprintAsLoaded(ctx context.Context) error {
+	f, err := b.footprint(ctx, "as loaded", false)
+	if err != nil {
+		return err
+	}
+	b.rep.Footprints = append(b.rep.Footprints, f)
+	return nil
+}
+
+// diskPhase is the rest of phase D: the inbox's footprint after the other
+// phases' writes (and after OPTIMIZE TABLE, with -optimize), then the
+// steady state of fan-out and retention on a database of its own.
+func (b *bench) diskPhase(ctx context.Context) error {
+	f, err := b.footprint(ctx, "at the end of the run", false)
+	if err != nil {
+		return err
+	}
+	b.rep.Footprints = append(b.rep.Footprints, f)
+	if b.opt.Optimize {
+		f, err := b.footprint(ctx, "after OPTIMIZE TABLE", true)
+		if err != nil {
+			return err
+		}
+		b.rep.Footprints = append(b.rep.Footprints, f)
+	}
+	return b.steadyState(ctx)
+}
+
 // footprint measures phase D: disk bytes per inbox row.
 func (b *bench) footprint(ctx context.Context, when string, optimize bool) (footprintResult, error) {
 	start := time.Now()

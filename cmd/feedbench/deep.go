@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,10 +48,6 @@ type deepOptions struct {
 	DeepFollowees string // classes, comma-separated followee counts
 	DeepDepth     int    // items each walk reads
 	DeepWalks     int    // measured walks per class
-}
-
-func init() {
-	maps.Copy(quickSizes, map[string]string{"deep-followees": "20,60", "deep-depth": "400", "deep-walks": "1"})
 }
 
 func (o *deepOptions) flags(fs *flag.FlagSet) {
@@ -389,7 +384,7 @@ func rawSelect[T any](ctx context.Context, db *sqlx.DB, queries []rawQuery) ([]T
 // renderDeep writes phase P's section.
 func (r *report) renderDeep(p func(string, ...any)) {
 	d := r.Deep
-	if !section(p, 'P', "Deep and hybrid pages", d != nil) {
+	if !section(p, 'P', d != nil) {
 		return
 	}
 	o := r.Opt

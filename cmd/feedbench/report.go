@@ -268,7 +268,7 @@ func (r *report) render(w *bytes.Buffer) {
 
 func (r *report) renderFanout(p func(string, ...any)) {
 	f := r.Fanout
-	if !section(p, 'A', "Fan-out throughput", f != nil) {
+	if !section(p, 'A', f != nil) {
 		return
 	}
 	p("%d authors, each followed by %s users drawn at random from the loaded ones, publish one post per",
@@ -346,7 +346,7 @@ func (r *report) renderFanout(p func(string, ...any)) {
 }
 
 func (r *report) renderLatency(p func(string, ...any)) {
-	if !section(p, 'B', "Publish → visible", len(r.Latency) > 0) {
+	if !section(p, 'B', len(r.Latency) > 0) {
 		return
 	}
 	p("`POST /v1/users/{id}/posts` over HTTP, then `GET /v1/users/{id}/feed?limit=20` over HTTP every")
@@ -377,7 +377,7 @@ func (r *report) renderLatency(p func(string, ...any)) {
 }
 
 func (r *report) renderSmall(p func(string, ...any)) {
-	if !section(p, 'M', "Many small posts", len(r.Small) > 0) {
+	if !section(p, 'M', len(r.Small) > 0) {
 		return
 	}
 	p("%d authors, each followed by 1, 10 or 100 users drawn at random from the loaded ones (a set of", r.Opt.SmallAuthors)
@@ -413,7 +413,7 @@ func (r *report) renderSmall(p func(string, ...any)) {
 }
 
 func (r *report) renderReads(p func(string, ...any)) {
-	if !section(p, 'C', "Feed read throughput", len(r.Reads) > 0) {
+	if !section(p, 'C', len(r.Reads) > 0) {
 		return
 	}
 	o := r.Opt
@@ -489,7 +489,7 @@ func (r *report) renderReads(p func(string, ...any)) {
 }
 
 func (r *report) renderFootprint(p func(string, ...any)) {
-	if !section(p, 'D', "Disk bytes per inbox row", len(r.Footprints) > 0) {
+	if !section(p, 'D', len(r.Footprints) > 0) {
 		return
 	}
 	p("Clustered `inbox` (`PRIMARY KEY (user_id, publish_time, content_id)`, no secondary index, `ROW_FORMAT=COMPRESSED`")
@@ -521,7 +521,7 @@ func (r *report) renderFootprint(p func(string, ...any)) {
 
 func (r *report) renderReshard(p func(string, ...any)) {
 	x := r.Reshard
-	if !section(p, 'R', "Reshard copy rate", x != nil) {
+	if !section(p, 'R', x != nil) {
 		return
 	}
 	p("A source database holds all %d virtual shards (the one-database layout, recorded at epoch 1 by",
@@ -650,8 +650,8 @@ func (s *sharedServer) describe() string {
 
 // section writes a phase's heading and, if the phase did not run, says so;
 // it returns ran.
-func section(p func(string, ...any), phase byte, title string, ran bool) bool {
-	p("## %c. %s", phase, title)
+func section(p func(string, ...any), phase byte, ran bool) bool {
+	p("## %c. %s", phase, phaseName(phase))
 	p("")
 	if !ran {
 		p("Not run (`-phases` excluded %c).", phase)

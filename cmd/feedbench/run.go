@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
-	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -151,94 +150,13 @@ func measure(ctx context.Context, opt options, args []string, log *slog.Logger) 
 	}
 	log.Info("feedbench: server", "version", b.rep.Server.Version, "buffer_pool_bytes", b.rep.Server.BufferPoolBytes)
 	stopWatch := b.watchSharedServer(ctx)
-	if err := b.phases(ctx); err != nil {
+	if err := b.runPhases(ctx); err != nil {
 		stopWatch()
 		return nil, err
 	}
 	stopWatch()
 	b.rep.Elapsed = time.Since(b.rep.Start)
 	return b.rep, nil
-}
-
-// phases loads the data and runs the phases asked for, in an order that
-// gives each the table it needs: D on the freshly loaded inbox, C before
-// fan-out trims any inbox, P (on readers of its own) while the server is
-// at rest, S on the loaded users' own feeds, L on hosts and viewers of its
-// own, A on full inboxes, B and M
-// after them. R, on databases
-// of its own, goes last; run alone it needs no loaded inboxes.
-func (b *bench) phases(ctx context.Context) error {
-	b.data = newDataset(b.opt.Users, time.Now())
-	if strings.ContainsAny(b.opt.Phases, "ABCDMS") {
-		if err := b.load(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('D') {
-		f, err := b.footprint(ctx, "as loaded", false)
-		if err != nil {
-			return err
-		}
-		b.rep.Footprints = append(b.rep.Footprints, f)
-	}
-	if b.opt.runs('C') {
-		if err := b.reads(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('P') {
-		if err := b.deepPhase(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('S') {
-		if err := b.streamsPhase(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('L') {
-		if err := b.livePhase(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('A') {
-		if err := b.fanout(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('B') {
-		if err := b.latency(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('M') {
-		if err := b.smallPosts(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('D') {
-		f, err := b.footprint(ctx, "at the end of the run", false)
-		if err != nil {
-			return err
-		}
-		b.rep.Footprints = append(b.rep.Footprints, f)
-		if b.opt.Optimize {
-			f, err := b.footprint(ctx, "after OPTIMIZE TABLE", true)
-			if err != nil {
-				return err
-			}
-			b.rep.Footprints = append(b.rep.Footprints, f)
-		}
-		if err := b.steadyState(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('R') {
-		if err := b.resharding(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // watchSharedServer samples, once a second, how many sessions of other
