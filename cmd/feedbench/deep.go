@@ -384,7 +384,7 @@ func rawSelect[T any](ctx context.Context, db *sqlx.DB, queries []rawQuery) ([]T
 // renderDeep writes phase P's section.
 func (r *report) renderDeep(p func(string, ...any)) {
 	d := r.Deep
-	if !section(p, 'P', d != nil) {
+	if !r.section(p, 'P', d != nil) {
 		return
 	}
 	o := r.Opt

@@ -23,6 +23,9 @@ type phase struct {
 	// afterLoad, when set, runs right after the load, before any phase.
 	afterLoad func(*bench, context.Context) error
 	run       func(*bench, context.Context) error
+	// notOnTiDB, when set, says why the phase cannot run on TiDB; there the
+	// report says so in its section instead.
+	notOnTiDB string
 }
 
 // phases run in this order, which gives each the tables it needs: D's
@@ -50,7 +53,8 @@ var phases = []phase{
 	{letter: 'D', name: "Disk bytes per inbox row", measures: "as loaded, after the other phases, after OPTIMIZE TABLE, and at the steady state of fan-out and retention",
 		targets: []string{"bench", "bench-disk"}, loads: true, afterLoad: (*bench).footprintAsLoaded, run: (*bench).diskPhase},
 	{letter: 'R', name: "Reshard copy rate", measures: "store/reshard's copy of half the virtual shards to a second database vs raw INSERT … SELECT, on databases of its own",
-		targets: []string{"bench"}, run: (*bench).resharding},
+		targets: []string{"bench"}, run: (*bench).resharding,
+		notOnTiDB: "store/reshard fences stale writers with triggers, which TiDB does not have"},
 }
 
 // phaseLetters are the letters of every phase, in alphabetical order.
@@ -70,11 +74,17 @@ func phaseName(letter byte) string {
 }
 
 // runPhases loads the data if a phase asked for needs it, then runs the
-// phases asked for in the table's order.
+// phases asked for in the table's order. A phase the server cannot run is
+// recorded as not available, with the reason.
 func (b *bench) runPhases(ctx context.Context) error {
 	var asked []phase
 	for _, ph := range phases {
-		if b.opt.runs(ph.letter) {
+		switch {
+		case !b.opt.runs(ph.letter):
+		case b.rep.Server.TiDB && ph.notOnTiDB != "":
+			b.rep.Unavailable[ph.letter] = ph.notOnTiDB
+			b.log.Warn("feedbench: phase not available on TiDB", "phase", string(ph.letter), "why", ph.notOnTiDB)
+		default:
 			asked = append(asked, ph)
 		}
 	}

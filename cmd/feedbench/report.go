@@ -131,6 +131,7 @@ type readResult struct {
 type footprintResult struct {
 	When string
 	tableFootprint
+	Unavailable string // why the server could not measure it; empty if it did
 }
 
 // sharedServer summarises the samples of other databases' active sessions.
@@ -183,10 +184,13 @@ type report struct {
 	Streams    *streamResult
 	Deep       *deepResult
 	Live       *liveResult
+	// Unavailable holds, by phase letter, why a phase asked for could not
+	// run on the server.
+	Unavailable map[byte]string
 }
 
 func newReport(opt options, args []string, addr, database string) *report {
-	return &report{Start: time.Now(), Args: args, Opt: opt, Addr: addr, Database: database}
+	return &report{Start: time.Now(), Args: args, Opt: opt, Addr: addr, Database: database, Unavailable: map[byte]string{}}
 }
 
 // write renders the report into path, keeping any hand-written text below
@@ -277,7 +281,7 @@ func (r *report) render(w *bytes.Buffer) {
 
 func (r *report) renderFanout(p func(string, ...any)) {
 	f := r.Fanout
-	if !section(p, 'A', f != nil) {
+	if !r.section(p, 'A', f != nil) {
 		return
 	}
 	p("%d authors, each followed by %s users drawn at random from the loaded ones, publish one post per",
@@ -355,7 +359,7 @@ func (r *report) renderFanout(p func(string, ...any)) {
 }
 
 func (r *report) renderLatency(p func(string, ...any)) {
-	if !section(p, 'B', len(r.Latency) > 0) {
+	if !r.section(p, 'B', len(r.Latency) > 0) {
 		return
 	}
 	p("`POST /v1/users/{id}/posts` over HTTP, then `GET /v1/users/{id}/feed?limit=20` over HTTP every")
@@ -386,7 +390,7 @@ func (r *report) renderLatency(p func(string, ...any)) {
 }
 
 func (r *report) renderSmall(p func(string, ...any)) {
-	if !section(p, 'M', len(r.Small) > 0) {
+	if !r.section(p, 'M', len(r.Small) > 0) {
 		return
 	}
 	p("%d authors, each followed by 1, 10 or 100 users drawn at random from the loaded ones (a set of", r.Opt.SmallAuthors)
@@ -422,7 +426,7 @@ func (r *report) renderSmall(p func(string, ...any)) {
 }
 
 func (r *report) renderReads(p func(string, ...any)) {
-	if !section(p, 'C', len(r.Reads) > 0) {
+	if !r.section(p, 'C', len(r.Reads) > 0) {
 		return
 	}
 	o := r.Opt
@@ -450,7 +454,7 @@ func (r *report) renderReads(p func(string, ...any)) {
 	p("The last three columns are what a page cost, over every page of the row's runs (warm-ups included):")
 	p("the CPU time of the database server and of this process (readers, and the service for its rows),")
 	p("and the pages and blocks the server's engines read from disk (InnoDB's buffer pool misses, MyRocks's")
-	p("block cache misses).")
+	p("block cache misses; — where the server does not report them, as TiDB).")
 	p("")
 	p("| reader | pages/s | p50 | p99 | queries/page | pull authors/page | server CPU µs/page | bench CPU µs/page | disk reads/page |")
 	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -498,16 +502,24 @@ func (r *report) renderReads(p func(string, ...any)) {
 }
 
 func (r *report) renderFootprint(p func(string, ...any)) {
-	if !section(p, 'D', len(r.Footprints) > 0) {
+	if !r.section(p, 'D', len(r.Footprints) > 0) {
 		return
 	}
 	p("Clustered `inbox` (`PRIMARY KEY (user_id, publish_time, content_id)`, no secondary index, `ROW_FORMAT=COMPRESSED`")
 	p("`KEY_BLOCK_SIZE=8`):")
 	p("`information_schema.TABLES` DATA_LENGTH + INDEX_LENGTH after `ANALYZE TABLE`, over `COUNT(*)`.")
+	if r.Server.TiDB {
+		p("**Bytes on disk are not available on TiDB:** it takes no ROW_FORMAT, and its DATA_LENGTH and")
+		p("INDEX_LENGTH are estimates from the table's statistics (rows × average row size), not bytes stored.")
+	}
 	p("")
 	p("| when | rows | data | index | bytes/row |")
 	p("|---|---:|---:|---:|---:|")
 	for _, f := range r.Footprints {
+		if f.Unavailable != "" {
+			p("| %s | not available: %s | | | |", f.When, f.Unavailable)
+			continue
+		}
 		p("| %s | %s | %s | %s | **%.1f** |", f.When, count(int(f.Rows)), bytesIEC(f.DataBytes), bytesIEC(f.IndexBytes), f.BytesPerRow())
 	}
 	p("")
@@ -530,7 +542,7 @@ func (r *report) renderFootprint(p func(string, ...any)) {
 
 func (r *report) renderReshard(p func(string, ...any)) {
 	x := r.Reshard
-	if !section(p, 'R', x != nil) {
+	if !r.section(p, 'R', x != nil) {
 		return
 	}
 	p("A source database holds all %d virtual shards (the one-database layout, recorded at epoch 1 by",
@@ -657,12 +669,16 @@ func (s *sharedServer) describe() string {
 	return strings.Join(parts, "; ")
 }
 
-// section writes a phase's heading and, if the phase did not run, says so;
-// it returns ran.
-func section(p func(string, ...any), phase byte, ran bool) bool {
+// section writes a phase's heading and, if the phase did not run, says
+// why: not available on the server, or not asked for. It returns ran.
+func (r *report) section(p func(string, ...any), phase byte, ran bool) bool {
 	p("## %c. %s", phase, phaseName(phase))
 	p("")
-	if !ran {
+	switch why, unavailable := r.Unavailable[phase]; {
+	case unavailable:
+		p("Not available on TiDB (%s): %s.", r.Server.Version, why)
+		p("")
+	case !ran:
 		p("Not run (`-phases` excluded %c).", phase)
 		p("")
 	}
