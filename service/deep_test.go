@@ -10,7 +10,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
-	"github.com/feedhq/feed/store/storetest"
+	"github.com/feedhq/feed/store/storeload"
 )
 
 // TestFeedDeepScrollManyFollowees walks, page by page and against a full
@@ -62,10 +62,10 @@ func TestFeedDeepScrollManyFollowees(t *testing.T) {
 			posts = append(posts, p)
 		}
 	}
-	if err := storetest.ImportPosts(ctx, h.store, posts, base); err != nil {
+	if err := storeload.Posts(ctx, h.store, posts, base); err != nil {
 		t.Fatal(err)
 	}
-	if err := storetest.ImportFollowing(ctx, h.store, reader, imported, base); err != nil {
+	if err := storeload.Following(ctx, h.store, reader, imported, base); err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range imported {
@@ -76,10 +76,10 @@ func TestFeedDeepScrollManyFollowees(t *testing.T) {
 	kept := m.feed(reader, store.Top)[:inboxLimit]
 	floor := kept[inboxLimit-1].Key()
 	now := time.Now().UnixMilli()
-	if err := storetest.ImportInbox(ctx, h.store, reader, kept); err != nil {
+	if err := storeload.Inbox(ctx, h.store, reader, kept); err != nil {
 		t.Fatal(err)
 	}
-	if err := storetest.ImportActivity(ctx, h.store, []uint64{reader}, now, now, &floor); err != nil {
+	if err := storeload.Activity(ctx, h.store, []uint64{reader}, now, now, &floor); err != nil {
 		t.Fatal(err)
 	}
 

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/internal/dbserver"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
@@ -24,7 +25,7 @@ import (
 // TestMain removes the data directory throwaway servers were copied from.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	storetest.RemoveServerTemplate()
+	dbserver.RemoveTemplate()
 	os.Exit(code)
 }
 

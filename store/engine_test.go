@@ -16,6 +16,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
+	"github.com/feedhq/feed/store/storeload"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -89,7 +90,7 @@ func TestInboxEngineConversion(t *testing.T) {
 			case op < 6:
 				post := feed.Post{ContentID: uint64(1_000_000 + seq), AuthorID: a, PublishTime: int64(seq), Kind: "post"}
 				if _, err = st.Follow(ctx, u, a, 1000, int64(seq)); err == nil {
-					err = storetest.ImportInbox(ctx, st, u, []feed.Post{post})
+					err = storeload.Inbox(ctx, st, u, []feed.Post{post})
 				}
 			case op < 8:
 				_, err = st.TrimInboxes(ctx, []uint64{u}, 40)

@@ -10,6 +10,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
+	"github.com/feedhq/feed/store/storeload"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -68,7 +69,7 @@ func TestReadFeedPullMark(t *testing.T) {
 	must(t, writer.Unfollow(t.Context(), user, pullAuthor, t0))
 	read("pull author unfollowed", 1, nil)
 
-	must(t, storetest.ImportFollowers(t.Context(), writer, pullAuthor, []uint64{user}, t0, true))
+	must(t, storeload.Followers(t.Context(), writer, pullAuthor, []uint64{user}, t0, true))
 	read("imported as a pull follower", 2, []store.PullAuthor{{AuthorID: pullAuthor, Pull: store.PullBelowActive}})
 }
 

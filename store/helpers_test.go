@@ -16,6 +16,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/internal/dbserver"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/storetest"
 )
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
-	storetest.RemoveServerTemplate()
+	dbserver.RemoveTemplate()
 	if report := checkRouting(); code == 0 && report != "" {
 		fmt.Fprint(os.Stderr, report)
 		code = 1

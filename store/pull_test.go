@@ -9,6 +9,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storeload"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -276,7 +277,7 @@ func TestPullNewestCache(t *testing.T) {
 			o.posts = append(o.posts, feed.Post{ContentID: id, AuthorID: a, PublishTime: t0 + rng.Int64N(1_000_000), Kind: feed.KindPost})
 		}
 	}
-	must(t, storetest.ImportPosts(t.Context(), writer, o.posts, t0))
+	must(t, storeload.Posts(t.Context(), writer, o.posts, t0))
 	// Publishes through the writer at the real time, which tells backdated
 	// posts from others.
 	publishNow := func(author, id uint64, tm int64) feed.Post {
@@ -335,7 +336,7 @@ func TestPullNewestCache(t *testing.T) {
 			fresh = append(fresh, feed.Post{ContentID: id, AuthorID: a, PublishTime: now - 60_000 - rng.Int64N(240_000), Kind: feed.KindPost})
 		}
 	}
-	must(t, storetest.ImportPosts(t.Context(), writer, fresh, now))
+	must(t, storeload.Posts(t.Context(), writer, fresh, now))
 	o.posts = append(o.posts, fresh...)
 	before = store.Top
 	for page := range 4 {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
-	"github.com/feedhq/feed/store/storetest"
+	"github.com/feedhq/feed/store/storeload"
 )
 
 // Id layout. All ids live on one shard; user ids are spread so that the
@@ -89,7 +89,7 @@ func (b *bench) loadInboxes(ctx context.Context, st *store.Store, users []uint64
 	// Every user has a header row, as a live user has from the first follow
 	// on, with a floor as trimming leaves one (here: below every loaded
 	// row, none of which is missing); its rows arrive below it.
-	if err := storetest.ImportActivity(ctx, st, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
+	if err := storeload.Activity(ctx, st, users, d.t0, d.t0, &feed.Key{PublishTime: d.t0}); err != nil {
 		return 0, err
 	}
 	n := len(users)
@@ -162,6 +162,42 @@ func loadedKind(r int) string {
 	}
 	return feed.KindPost
 }
+
+// footprintAsLoaded is phase D's first footprint, taken before any other
+// phase writes to the inbox.
+func (b *bench) footprintAsLoaded(ctx context.Context) error {
+	f, err := b.footprint(ctx, "as loaded", false)
+	if err != nil {
+		return err
+	}
+	b.rep.Footprints = append(b.rep.Footprints, f)
+	return nil
+}
+
+// diskPhase is the rest of phase D: the inbox's footprint after the other
+// phases' writes (and after OPTIMIZE TABLE, with -optimize), then the
+// steady state of fan-out and retention on a database of its own.
+func (b *bench) diskPhase(ctx context.Context) error {
+	f, err := b.footprint(ctx, "at the end of the run", false)
+	if err != nil {
+		return err
+	}
+	b.rep.Footprints = append(b.rep.Footprints, f)
+	switch {
+	case b.opt.Optimize && b.rep.Server.TiDB:
+		b.rep.Footprints = append(b.rep.Footprints, footprintResult{When: afterOptimize, Unavailable: "TiDB does not support OPTIMIZE TABLE"})
+	case b.opt.Optimize:
+		f, err := b.footprint(ctx, afterOptimize, true)
+		if err != nil {
+			return err
+		}
+		b.rep.Footprints = append(b.rep.Footprints, f)
+	}
+	return b.steadyState(ctx)
+}
+
+// afterOptimize is when phase D's footprint of the rebuilt inbox is taken.
+const afterOptimize = "after OPTIMIZE TABLE"
 
 // footprint measures phase D: disk bytes per inbox row.
 func (b *bench) footprint(ctx context.Context, when string, optimize bool) (footprintResult, error) {

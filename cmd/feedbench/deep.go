@@ -5,7 +5,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +16,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
-	"github.com/feedhq/feed/store/storetest"
+	"github.com/feedhq/feed/store/storeload"
 )
 
 // Phase P: deep and hybrid pages. One reader per class of followee count,
@@ -49,10 +48,6 @@ type deepOptions struct {
 	DeepFollowees string // classes, comma-separated followee counts
 	DeepDepth     int    // items each walk reads
 	DeepWalks     int    // measured walks per class
-}
-
-func init() {
-	maps.Copy(quickSizes, map[string]string{"deep-followees": "20,60", "deep-depth": "400", "deep-walks": "1"})
 }
 
 func (o *deepOptions) flags(fs *flag.FlagSet) {
@@ -179,19 +174,19 @@ func (b *bench) loadDeepReader(ctx context.Context, i, f, inboxLimit int) (uint6
 			})
 		}
 	}
-	if err := storetest.ImportPosts(ctx, b.st, posts, now.Add(-loadSpan).UnixMilli()); err != nil {
+	if err := storeload.Posts(ctx, b.st, posts, now.Add(-loadSpan).UnixMilli()); err != nil {
 		return 0, feed.Key{}, 0, err
 	}
-	if err := storetest.ImportFollowing(ctx, b.st, reader, authors, now.Add(-2*loadSpan).UnixMilli()); err != nil {
+	if err := storeload.Following(ctx, b.st, reader, authors, now.Add(-2*loadSpan).UnixMilli()); err != nil {
 		return 0, feed.Key{}, 0, err
 	}
 	slices.SortFunc(posts, func(a, b feed.Post) int { return byKeyDesc(a.Key(), b.Key()) })
 	kept := posts[:min(inboxLimit, len(posts))]
 	floor := kept[len(kept)-1].Key()
-	if err := storetest.ImportInbox(ctx, b.st, reader, kept); err != nil {
+	if err := storeload.Inbox(ctx, b.st, reader, kept); err != nil {
 		return 0, feed.Key{}, 0, err
 	}
-	if err := storetest.ImportActivity(ctx, b.st, []uint64{reader}, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli(), &floor); err != nil {
+	if err := storeload.Activity(ctx, b.st, []uint64{reader}, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli(), &floor); err != nil {
 		return 0, feed.Key{}, 0, err
 	}
 	b.log.Info("feedbench: P reader loaded", "followees", f, "posts", len(posts), "seconds", time.Since(start).Seconds())
@@ -389,7 +384,7 @@ func rawSelect[T any](ctx context.Context, db *sqlx.DB, queries []rawQuery) ([]T
 // renderDeep writes phase P's section.
 func (r *report) renderDeep(p func(string, ...any)) {
 	d := r.Deep
-	if !section(p, 'P', "Deep and hybrid pages", d != nil) {
+	if !r.section(p, 'P', d != nil) {
 		return
 	}
 	o := r.Opt

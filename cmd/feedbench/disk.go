@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/feedhq/feed/internal/dbserver"
 	"github.com/feedhq/feed/store"
-	"github.com/feedhq/feed/store/storetest"
 )
 
 // The disk-resident run (make bench-disk) gives each engine the same
@@ -62,7 +62,7 @@ func runDisk(ctx context.Context, opt options, args []string, log *slog.Logger) 
 
 // diskServer is the mariadbd of a disk-resident run.
 type diskServer struct {
-	*storetest.Server
+	*dbserver.Server
 	version string
 }
 
@@ -81,7 +81,7 @@ func startDiskServer(ctx context.Context, opt options, log *slog.Logger) (*diskS
 		return nil, err
 	}
 	cache := strconv.Itoa(diskCacheBytes)
-	s, err := storetest.LaunchServer(dir, "--defaults-file="+cnf, "--max-connections=1000",
+	s, err := dbserver.Launch(dir, "--defaults-file="+cnf, "--max-connections=1000",
 		"--innodb-buffer-pool-size="+cache, "--innodb-flush-method=O_DIRECT",
 		"--rocksdb-block-cache-size="+cache, "--rocksdb-use-direct-reads=ON",
 		"--rocksdb-use-direct-io-for-flush-and-compaction=ON")
@@ -109,7 +109,7 @@ func serverVersion(ctx context.Context, dsn string) (string, error) {
 
 func (s *diskServer) stop(log *slog.Logger) {
 	s.Kill()
-	storetest.RemoveServerTemplate()
+	dbserver.RemoveTemplate()
 	log.Info("feedbench: disk-resident server stopped")
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
-	"github.com/feedhq/feed/store/storetest"
+	"github.com/feedhq/feed/store/storeload"
 )
 
 // fanout runs phase A: opt.FanoutAuthors authors, each followed by
@@ -146,7 +146,7 @@ func (b *bench) fanoutFollowers(ctx context.Context, authorBase uint64, users []
 	followers := make([][]uint64, b.opt.FanoutAuthors)
 	for a := range followers {
 		followers[a] = b.sample(users, b.opt.FanoutFollowers)
-		if err := storetest.ImportFollowers(ctx, b.st, authorBase+uint64(a), followers[a], followedAt, false); err != nil {
+		if err := storeload.Followers(ctx, b.st, authorBase+uint64(a), followers[a], followedAt, false); err != nil {
 			return nil, err
 		}
 	}

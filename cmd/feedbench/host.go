@@ -15,8 +15,9 @@ import (
 const clockTicks = 100
 
 // databaseServers are process names whose CPU time counts as the database's,
-// not as other load: the benchmark's own server is among them.
-var databaseServers = map[string]bool{"mariadbd": true, "mysqld": true}
+// not as other load: the benchmark's own server is among them (tidbtest is
+// the in-process TiDB of make bench-tidb).
+var databaseServers = map[string]bool{"mariadbd": true, "mysqld": true, "tidbtest": true}
 
 // hostSampler measures, from /proc, the CPU that processes other than this
 // benchmark and the database servers use: other people's builds and tests

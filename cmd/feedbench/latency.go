@@ -8,7 +8,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/httpapi/client"
-	"github.com/feedhq/feed/store/storetest"
+	"github.com/feedhq/feed/store/storeload"
 )
 
 // pollInterval is the pause between two feed reads of a polled follower:
@@ -61,11 +61,11 @@ func (b *bench) latencyScenario(ctx context.Context, sc latencyScenario) (res la
 	if sc.pull {
 		// Active readers in a spell that began before the post: it reaches
 		// them only by push.
-		if err := storetest.ImportActivity(ctx, b.st, sc.followers, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli(), nil); err != nil {
+		if err := storeload.Activity(ctx, b.st, sc.followers, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli(), nil); err != nil {
 			return latencyResult{}, err
 		}
 	}
-	if err := storetest.ImportFollowers(ctx, b.st, sc.author, sc.followers, now.Add(-loadSpan).UnixMilli(), sc.pull); err != nil {
+	if err := storeload.Followers(ctx, b.st, sc.author, sc.followers, now.Add(-loadSpan).UnixMilli(), sc.pull); err != nil {
 		return latencyResult{}, err
 	}
 	res = latencyResult{Name: sc.name, Followers: len(sc.followers), N: sc.reps}

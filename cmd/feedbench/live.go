@@ -251,7 +251,7 @@ func rawLiveFirstPage(ctx context.Context, db *sqlx.DB, viewer uint64) error {
 // renderLive writes phase L's section.
 func (r *report) renderLive(p func(string, ...any)) {
 	res := r.Live
-	if !section(p, 'L', "Live streams: first pages, later pages, sessions", res != nil) {
+	if !r.section(p, 'L', res != nil) {
 		return
 	}
 	p("%d hosts, each with one live stream, two previews and %d replays (fanned out by the service to its", res.Hosts, liveReplays)

@@ -95,7 +95,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		Out:              "docs/BENCHMARKS.md",
-		Phases:           "ABCDLMPRS",
+		Phases:           phaseLetters(),
 		Seed:             1,
 		Users:            10000,
 		InboxRows:        300,
@@ -167,17 +167,21 @@ var quickSizes = map[string]string{
 	"steady-authors":     "10",
 	"steady-follows":     "3",
 	"steady-turnovers":   "1",
+	"deep-followees":     "20,60",
+	"deep-depth":         "400",
+	"deep-walks":         "1",
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
 	o := defaultOptions()
 	fs := flag.NewFlagSet("feedbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.DSN, "dsn", "", "server DSN without a database name (default $"+envDSN+"; unset: a MySQL 8.4 testcontainer)")
+	fs.Usage = usage(fs)
+	fs.StringVar(&o.DSN, "dsn", "", "server DSN without a database name (default $"+envDSN+"; unset: a mariadbd of its own)")
 	fs.StringVar(&o.Out, "out", o.Out, "report file to write")
 	fs.BoolVar(&o.Keep, "keep", false, "keep the benchmark database instead of dropping it")
 	fs.BoolVar(&o.Quick, "quick", false, "tiny sizes: a smoke run of a few seconds")
-	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run, any of A (fan-out), B (latency), C (reads), D (disk), L (live streams), M (many small posts), P (deep pages), R (reshard), S (streams)")
+	fs.StringVar(&o.Phases, "phases", o.Phases, "phases to run: letters of the phases above")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the data generator")
 	fs.IntVar(&o.Users, "users", o.Users, "users with a loaded inbox")
 	fs.IntVar(&o.InboxRows, "inbox-rows", o.InboxRows, "inbox rows loaded per user")
@@ -274,8 +278,8 @@ func (o options) validate() error {
 		return fmt.Errorf("-duration must be > 0 and -warmup >= 0")
 	case o.ReshardUsers < 1 || o.ReshardInboxRows < 1:
 		return fmt.Errorf("-reshard-users and -reshard-inbox-rows must be >= 1")
-	case strings.Trim(o.Phases, "ABCDLMPRS") != "":
-		return fmt.Errorf("-phases takes letters of ABCDLMPRS, got %q", o.Phases)
+	case strings.Trim(o.Phases, phaseLetters()) != "":
+		return fmt.Errorf("-phases takes letters of %s, got %q", phaseLetters(), o.Phases)
 	case o.SteadyUsers < 1 || o.SteadyLimit < 1 || o.SteadyFollows < 1 || o.SteadyFollows > o.SteadyAuthors || o.SteadyTurnovers < 1:
 		return fmt.Errorf("-steady-users, -steady-limit, -steady-follows and -steady-turnovers must be >= 1, -steady-follows <= -steady-authors")
 	case o.Disk && !o.Diagnostics:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store/storeload"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -33,12 +34,12 @@ func BenchmarkFeedPage(b *testing.B) {
 		b.Fatal(err)
 	}
 	for a := range inboxAuthors {
-		if err := storetest.ImportFollowers(ctx, st, inboxAuthorBase+uint64(a), bn.data.users, bn.data.t0, false); err != nil {
+		if err := storeload.Followers(ctx, st, inboxAuthorBase+uint64(a), bn.data.users, bn.data.t0, false); err != nil {
 			b.Fatal(err)
 		}
 	}
 	now := time.Now()
-	if err := storetest.ImportActivity(ctx, st, bn.data.users, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli(), nil); err != nil {
+	if err := storeload.Activity(ctx, st, bn.data.users, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli(), nil); err != nil {
 		b.Fatal(err)
 	}
 	stk, err := startStack(st, service.DefaultConfig(), 0, log)

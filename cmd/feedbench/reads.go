@@ -10,7 +10,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
-	"github.com/feedhq/feed/store/storetest"
+	"github.com/feedhq/feed/store/storeload"
 )
 
 // pageLimit is the page size every reader asks for (the contract's default).
@@ -74,7 +74,7 @@ func (b *bench) reads(ctx context.Context) error {
 	// beyond the three others, each muting mutedAuthors authors they do not
 	// follow, so their feeds are the inbox-only ones'.
 	muting := b.data.users[3*r : 4*r]
-	if err := storetest.ImportMutes(ctx, b.st, muting, mutedAuthorBase, mutedAuthors, time.Now().UnixMilli()); err != nil {
+	if err := storeload.Mutes(ctx, b.st, muting, mutedAuthorBase, mutedAuthors, time.Now().UnixMilli()); err != nil {
 		return err
 	}
 
@@ -228,7 +228,7 @@ func (b *bench) setupReaders(ctx context.Context, inboxOnly, fewPull, manyPull [
 	readers := slices.Sorted(slices.Values(slices.Concat(inboxOnly, fewPull, manyPull)))
 	b.log.Info("feedbench: C following the inbox authors", "readers", len(readers), "authors", inboxAuthors)
 	for a := range inboxAuthors {
-		if err := storetest.ImportFollowers(ctx, b.st, inboxAuthorBase+uint64(a), readers, b.data.t0, false); err != nil {
+		if err := storeload.Followers(ctx, b.st, inboxAuthorBase+uint64(a), readers, b.data.t0, false); err != nil {
 			return err
 		}
 	}
@@ -270,14 +270,14 @@ func (b *bench) setupReaders(ctx context.Context, inboxOnly, fewPull, manyPull [
 		if a < pullFew {
 			followers = slices.Sorted(slices.Values(slices.Concat(fewPull, manyPull)))
 		}
-		if err := storetest.ImportFollowers(ctx, b.st, pullAuthorBase+uint64(a), followers, followedAt, true); err != nil {
+		if err := storeload.Followers(ctx, b.st, pullAuthorBase+uint64(a), followers, followedAt, true); err != nil {
 			return err
 		}
 	}
-	if err := storetest.ImportActivity(ctx, b.st, inboxOnly, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli(), nil); err != nil {
+	if err := storeload.Activity(ctx, b.st, inboxOnly, now.UnixMilli(), now.Add(-24*time.Hour).UnixMilli(), nil); err != nil {
 		return err
 	}
-	if err := storetest.ImportActivity(ctx, b.st, slices.Concat(fewPull, manyPull), now.UnixMilli(), now.Add(24*time.Hour).UnixMilli(), nil); err != nil {
+	if err := storeload.Activity(ctx, b.st, slices.Concat(fewPull, manyPull), now.UnixMilli(), now.Add(24*time.Hour).UnixMilli(), nil); err != nil {
 		return err
 	}
 	// The store learns that a reader pulls from the reader's first page;

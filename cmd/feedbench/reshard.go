@@ -18,7 +18,7 @@ import (
 	"github.com/feedhq/feed/store/reshard"
 	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/sqlconn"
-	"github.com/feedhq/feed/store/storetest"
+	"github.com/feedhq/feed/store/storeload"
 )
 
 // Phase R moves the upper half of the virtual shards, 512–1023, from a
@@ -320,7 +320,7 @@ func (b *bench) loadReshardSource(ctx context.Context, src *store.Store) error {
 	for range 4 {
 		g.Go(func() error {
 			for a := range authors {
-				if err := storetest.ImportFollowers(ctx, src, a, users, b.data.t0, false); err != nil {
+				if err := storeload.Followers(ctx, src, a, users, b.data.t0, false); err != nil {
 					return err
 				}
 			}

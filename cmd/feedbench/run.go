@@ -10,13 +10,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime/pprof"
-	"strings"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
-	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
 
+	"github.com/feedhq/feed/internal/dbserver"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
@@ -78,9 +77,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) (err error) {
 func measure(ctx context.Context, opt options, args []string, log *slog.Logger) (rep *report, err error) {
 	server := opt.DSN
 	if server == "" {
-		dsn, stop, err := startContainer(ctx, log)
+		dsn, stop, err := startServer(log)
 		if err != nil {
-			return nil, fmt.Errorf("%s is not set and no MySQL container could be started: %w", envDSN, err)
+			return nil, fmt.Errorf("neither -dsn nor %s is set, and no mariadbd of its own could be started: %w", envDSN, err)
 		}
 		defer stop()
 		server = dsn
@@ -152,94 +151,13 @@ func measure(ctx context.Context, opt options, args []string, log *slog.Logger) 
 	}
 	log.Info("feedbench: server", "version", b.rep.Server.Version, "buffer_pool_bytes", b.rep.Server.BufferPoolBytes)
 	stopWatch := b.watchSharedServer(ctx)
-	if err := b.phases(ctx); err != nil {
+	if err := b.runPhases(ctx); err != nil {
 		stopWatch()
 		return nil, err
 	}
 	stopWatch()
 	b.rep.Elapsed = time.Since(b.rep.Start)
 	return b.rep, nil
-}
-
-// phases loads the data and runs the phases asked for, in an order that
-// gives each the table it needs: D on the freshly loaded inbox, C before
-// fan-out trims any inbox, P (on readers of its own) while the server is
-// at rest, S on the loaded users' own feeds, L on hosts and viewers of its
-// own, A on full inboxes, B and M
-// after them. R, on databases
-// of its own, goes last; run alone it needs no loaded inboxes.
-func (b *bench) phases(ctx context.Context) error {
-	b.data = newDataset(b.opt.Users, time.Now())
-	if strings.ContainsAny(b.opt.Phases, "ABCDMS") {
-		if err := b.load(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('D') {
-		f, err := b.footprint(ctx, "as loaded", false)
-		if err != nil {
-			return err
-		}
-		b.rep.Footprints = append(b.rep.Footprints, f)
-	}
-	if b.opt.runs('C') {
-		if err := b.reads(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('P') {
-		if err := b.deepPhase(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('S') {
-		if err := b.streamsPhase(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('L') {
-		if err := b.livePhase(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('A') {
-		if err := b.fanout(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('B') {
-		if err := b.latency(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('M') {
-		if err := b.smallPosts(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('D') {
-		f, err := b.footprint(ctx, "at the end of the run", false)
-		if err != nil {
-			return err
-		}
-		b.rep.Footprints = append(b.rep.Footprints, f)
-		if b.opt.Optimize {
-			f, err := b.footprint(ctx, "after OPTIMIZE TABLE", true)
-			if err != nil {
-				return err
-			}
-			b.rep.Footprints = append(b.rep.Footprints, f)
-		}
-		if err := b.steadyState(ctx); err != nil {
-			return err
-		}
-	}
-	if b.opt.runs('R') {
-		if err := b.resharding(ctx); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // watchSharedServer samples, once a second, how many sessions of other
@@ -278,25 +196,23 @@ func uniqueDatabaseName() string {
 	return "feedbench_" + time.Now().UTC().Format("20060102t150405") + "_" + hex.EncodeToString(rnd[:])
 }
 
-// startContainer starts a MySQL 8.4 testcontainer, as the tests do when
-// Docker answers and no DSN is given; stop terminates it.
-func startContainer(ctx context.Context, log *slog.Logger) (dsn string, stop func(), err error) {
-	log.Info("feedbench: no DSN given; starting a mysql:8.4 testcontainer")
-	c, err := tcmysql.Run(ctx, "mysql:8.4", tcmysql.WithDatabase("feed"), tcmysql.WithUsername("root"), tcmysql.WithPassword("feed"))
+// startServer launches a mariadbd of its own (internal/dbserver) in a
+// temporary directory, with no option file and room for the phases'
+// connections; stop kills it and removes its files.
+func startServer(log *slog.Logger) (dsn string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "feedbench-server-")
 	if err != nil {
 		return "", nil, err
 	}
-	stop = func() { _ = c.Terminate(context.WithoutCancel(ctx)) }
-	conn, err := c.ConnectionString(ctx)
+	srv, err := dbserver.Launch(dir, "--no-defaults", "--max-connections=1000")
 	if err != nil {
-		stop()
+		_ = os.RemoveAll(dir)
 		return "", nil, err
 	}
-	cfg, err := mysql.ParseDSN(conn)
-	if err != nil {
-		stop()
-		return "", nil, err
-	}
-	cfg.DBName = ""
-	return cfg.FormatDSN(), stop, nil
+	log.Info("feedbench: no DSN given; started a mariadbd of its own", "dsn", srv.DSN, "dir", dir)
+	return srv.DSN, func() {
+		srv.Kill()
+		dbserver.RemoveTemplate()
+		_ = os.RemoveAll(dir)
+	}, nil
 }

@@ -83,6 +83,9 @@ type serverInfo struct {
 	Version             string
 	BufferPoolBytes     int64
 	FlushLogAtTrxCommit int
+	// TiDB: the server is TiDB, which lacks what some measurements use
+	// (phase.notOnTiDB, OPTIMIZE TABLE).
+	TiDB bool
 }
 
 const serverInfoSQL = `SELECT VERSION(), @@innodb_buffer_pool_size, @@innodb_flush_log_at_trx_commit`
@@ -94,6 +97,7 @@ func readServerInfo(ctx context.Context, db *sqlx.DB) (serverInfo, error) {
 	if err := db.QueryRowContext(ctx, serverInfoSQL).Scan(&si.Version, &si.BufferPoolBytes, &si.FlushLogAtTrxCommit); err != nil {
 		return si, fmt.Errorf("server info: %w", err)
 	}
+	si.TiDB = strings.Contains(si.Version, "TiDB")
 	return si, nil
 }
 

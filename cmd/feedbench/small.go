@@ -9,7 +9,7 @@ import (
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/httpapi/client"
 	"github.com/feedhq/feed/store"
-	"github.com/feedhq/feed/store/storetest"
+	"github.com/feedhq/feed/store/storeload"
 )
 
 // smallAudiences are the followers per post of phase M's scenarios.
@@ -65,7 +65,7 @@ func (b *bench) smallScenario(ctx context.Context, i, followers int) (smallResul
 	audiences := make([][]uint64, o.SmallAuthors)
 	for k := range audiences {
 		audiences[k] = b.sample(b.data.users, followers)
-		if err := storetest.ImportFollowers(ctx, b.st, smallAuthor(i, k), audiences[k], now.Add(-loadSpan).UnixMilli(), false); err != nil {
+		if err := storeload.Followers(ctx, b.st, smallAuthor(i, k), audiences[k], now.Add(-loadSpan).UnixMilli(), false); err != nil {
 			return res, err
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
-	"github.com/feedhq/feed/store/storetest"
+	"github.com/feedhq/feed/store/storeload"
 )
 
 // Phase D's steady state: the footprint of inboxes that fan-out and
@@ -161,7 +161,7 @@ func (b *bench) steadyFollows(ctx context.Context, st *store.Store) ([]uint64, e
 		users[i] = loadedUser(i)
 	}
 	now := time.Now().UnixMilli()
-	if err := storetest.ImportActivity(ctx, st, users, now, now, nil); err != nil {
+	if err := storeload.Activity(ctx, st, users, now, now, nil); err != nil {
 		return nil, err
 	}
 	authors := make([]uint64, o.SteadyAuthors+steadyBigAuthors)
@@ -179,7 +179,7 @@ func (b *bench) steadyFollows(ctx context.Context, st *store.Store) ([]uint64, e
 	}
 	for a, f := range followers {
 		slices.Sort(f)
-		if err := storetest.ImportFollowers(ctx, st, authors[a], f, now, false); err != nil {
+		if err := storeload.Followers(ctx, st, authors[a], f, now, false); err != nil {
 			return nil, err
 		}
 	}

@@ -132,7 +132,7 @@ func cpuTime() time.Duration {
 
 func (r *report) renderStreams(p func(string, ...any)) {
 	s := r.Streams
-	if !section(p, 'S', "Feed streams", s != nil) {
+	if !r.section(p, 'S', s != nil) {
 		return
 	}
 	p("%s streams (`GET /v1/users/{id}/feed/stream`) open on the in-process service through the typed Go", count(s.Streams))

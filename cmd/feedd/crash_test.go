@@ -26,6 +26,7 @@ import (
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/sqlconn"
+	"github.com/feedhq/feed/store/storeload"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -602,7 +603,7 @@ func seedFanout(t *testing.T, st *store.Store, author uint64, n int) ([]uint64, 
 		users[i] = 1_000_000 + uint64(i)*7919
 	}
 	now := time.Now().UnixMilli()
-	if err := storetest.ImportFollowers(t.Context(), st, author, users, now-1000, false); err != nil {
+	if err := storeload.Followers(t.Context(), st, author, users, now-1000, false); err != nil {
 		t.Fatal(err)
 	}
 	post := feed.Post{ContentID: 9_000_001, AuthorID: author, PublishTime: now, Kind: feed.KindPost}
@@ -737,7 +738,7 @@ func TestCrashSmallPosts(t *testing.T) {
 		for _, i := range rng.Perm(500)[:1+rng.IntN(5)] {
 			followers[a] = append(followers[a], 1_000_000+uint64(i)*7919)
 		}
-		if err := storetest.ImportFollowers(ctx, st, a, followers[a], now-1000, false); err != nil {
+		if err := storeload.Followers(ctx, st, a, followers[a], now-1000, false); err != nil {
 			t.Fatal(err)
 		}
 		for j := range perAuthor {

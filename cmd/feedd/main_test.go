@@ -22,6 +22,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/feedhq/feed/httpapi/client"
+	"github.com/feedhq/feed/internal/dbserver"
 	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
@@ -31,7 +32,7 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	removeBuild()
-	storetest.RemoveServerTemplate()
+	dbserver.RemoveTemplate()
 	os.Exit(code)
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/feedhq/feed/httpapi/console"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/storeload"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -201,7 +202,7 @@ func TestConsoleRetry(t *testing.T) {
 	t.Parallel()
 	f := setup(t, "")
 	ctx := t.Context()
-	if err := storetest.ImportFollowers(ctx, f.st, 7, []uint64{11, 12, 13, 14, 15, 16}, 1, false); err != nil {
+	if err := storeload.Followers(ctx, f.st, 7, []uint64{11, 12, 13, 14, 15, 16}, 1, false); err != nil {
 		t.Fatal(err)
 	}
 	post := feed.Post{AuthorID: 7, ContentID: 700, PublishTime: time.Now().UnixMilli(), Kind: feed.KindPost}

@@ -1,6 +1,7 @@
 // Package storetest gives integration tests a real MySQL-family server,
-// fresh, uniquely named databases on it and bulk importers to fill them
-// (feedbench loads its data with those too). The server comes from
+// fresh, uniquely named databases on it and throwaway mariadbd servers of
+// their own (internal/dbserver, bound to the test here); store/storeload
+// fills the databases in bulk. The server comes from
 // FEED_TEST_MYSQL_DSN (a DSN without a database name, as `make test` sets
 // it), else from a MySQL 8.4 testcontainer when Docker answers. With neither
 // the test fails: a test that cannot reach a database must never pass.

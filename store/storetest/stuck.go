@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store"
 )
 
@@ -53,19 +54,17 @@ func StuckDelivery(ctx context.Context, st *store.Store, post feed.Post) error {
 // take many seconds.
 func WaitIdle(t testing.TB, st *store.Store, checks ...func()) {
 	t.Helper()
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+	wait.For(t, "no work queued", func() error {
 		b, err := st.Backlog(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if b.Idle() {
-			return
+			return nil
 		}
 		for _, check := range checks {
 			check()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("storetest: work still queued after a minute: %+v", b)
-		}
-	}
+		return fmt.Errorf("work still queued: %+v", b)
+	})
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
+	"github.com/feedhq/feed/store/storeload"
 	"github.com/feedhq/feed/store/storetest"
 )
 
@@ -178,7 +179,7 @@ func leaveStuckDelivery(ctx context.Context, t *testing.T, dsn string) {
 	for u := uint64(stuckAuthor + 1); u <= stuckAuthor+10; u++ {
 		followers = append(followers, u)
 	}
-	if err := storetest.ImportFollowers(ctx, st, stuckAuthor, followers, time.Now().UnixMilli(), false); err != nil {
+	if err := storeload.Followers(ctx, st, stuckAuthor, followers, time.Now().UnixMilli(), false); err != nil {
 		t.Fatal(err)
 	}
 	post := feed.Post{AuthorID: stuckAuthor, ContentID: stuckPost, PublishTime: time.Now().UnixMilli(), Kind: feed.KindPost}

@@ -1,4 +1,9 @@
-package storetest
+// Package storeload loads follow graphs, posts, inboxes and reader state
+// straight into the store's tables, for tests and benchmarks that need more
+// of them than the service's own writes would build in reasonable time. It
+// writes what those writes leave behind, without events, backfills or
+// fan-out.
+package storeload
 
 import (
 	"context"
@@ -8,11 +13,6 @@ import (
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/sqlconn"
 )
-
-// The importers load graphs and reader state straight into the tables, for
-// tests and benchmarks that need more of them than the service's own writes
-// would build in reasonable time. They write what those writes leave behind,
-// without events, backfills or fan-out.
 
 // byShard splits ids by the shard that owns them, keeping their order.
 func byShard(st *store.Store, ids []uint64) map[*store.Shard][]uint64 {
@@ -38,13 +38,13 @@ const (
 ON DUPLICATE KEY UPDATE follower_count = follower_count + VALUES(follower_count), mode = GREATEST(mode, VALUES(mode))`
 )
 
-// ImportFollowers makes users who have no history with the author follow
+// Followers makes users who have no history with the author follow
 // it: both edge rows and the follower count, with nothing to backfill. With
 // pullMode the author is put in pull mode at once, the edges get the pull
 // bit and the users' headers the pull mark after it, as the store's own
 // switches set them. The store's pull hints are its own: its next read of each
 // user finds the mark, at one statement more.
-func ImportFollowers(ctx context.Context, st *store.Store, authorID uint64, users []uint64, followedAt int64, pullMode bool) error {
+func Followers(ctx context.Context, st *store.Store, authorID uint64, users []uint64, followedAt int64, pullMode bool) error {
 	pull, mode := 0, store.AuthorPush
 	if pullMode {
 		pull, mode = store.PullBelowActive, store.AuthorPull
@@ -53,19 +53,19 @@ func ImportFollowers(ctx context.Context, st *store.Store, authorID uint64, user
 		if _, err := sqlconn.InsertRows(ctx, sh.DB, importFollowing, 4, "", len(ids), func(i int) []any {
 			return []any{ids[i], authorID, followedAt, pull}
 		}); err != nil {
-			return fmt.Errorf("storetest: import followers: %w", err)
+			return fmt.Errorf("storeload: followers: %w", err)
 		}
 		if pullMode {
 			if _, err := sqlconn.InsertRows(ctx, sh.DB, markPullsHead, 6, markPullsTail, len(ids), func(i int) []any {
 				return []any{ids[i], store.Top.PublishTime, store.Top.ContentID, 0, "", 1}
 			}); err != nil {
-				return fmt.Errorf("storetest: import followers: %w", err)
+				return fmt.Errorf("storeload: followers: %w", err)
 			}
 		}
 	}
 	tx, err := st.ShardOf(authorID).DB.BeginTxx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("storetest: import followers: %w", err)
+		return fmt.Errorf("storeload: followers: %w", err)
 	}
 	defer tx.Rollback()
 	added, err := sqlconn.InsertRows(ctx, tx, importFollowers, 3, "", len(users), func(i int) []any {
@@ -78,7 +78,7 @@ func ImportFollowers(ctx context.Context, st *store.Store, authorID uint64, user
 		err = tx.Commit()
 	}
 	if err != nil {
-		return fmt.Errorf("storetest: import followers: %w", err)
+		return fmt.Errorf("storeload: followers: %w", err)
 	}
 	return nil
 }
@@ -89,11 +89,11 @@ const (
  floor_time = COALESCE(VALUES(floor_time), floor_time), floor_id = COALESCE(VALUES(floor_id), floor_id)`
 )
 
-// ImportActivity records in the users' header rows that they last read
+// Activity records in the users' header rows that they last read
 // their feed at lastReadAt, in an active spell that began at activeSince,
 // and, unless floor is nil, that their inboxes are complete only at and
 // above floor (as after a trim).
-func ImportActivity(ctx context.Context, st *store.Store, users []uint64, lastReadAt, activeSince int64, floor *feed.Key) error {
+func Activity(ctx context.Context, st *store.Store, users []uint64, lastReadAt, activeSince int64, floor *feed.Key) error {
 	var ft, fi any
 	if floor != nil {
 		ft, fi = floor.PublishTime, floor.ContentID
@@ -102,7 +102,7 @@ func ImportActivity(ctx context.Context, st *store.Store, users []uint64, lastRe
 		if _, err := sqlconn.InsertRows(ctx, sh.DB, importActivityHead, 9, importActivityTail, len(ids), func(i int) []any {
 			return []any{ids[i], store.Top.PublishTime, store.Top.ContentID, 0, "", lastReadAt, activeSince, ft, fi}
 		}); err != nil {
-			return fmt.Errorf("storetest: import activity: %w", err)
+			return fmt.Errorf("storeload: activity: %w", err)
 		}
 	}
 	return nil
@@ -110,15 +110,15 @@ func ImportActivity(ctx context.Context, st *store.Store, users []uint64, lastRe
 
 const importMutesHead = `INSERT IGNORE INTO mutes (user_id, author_id, muted_at)`
 
-// ImportMutes makes each user mute the n authors from first on (first,
+// Mutes makes each user mute the n authors from first on (first,
 // first+1, …), as of mutedAt: mutes rows only, for authors the users do not
 // follow.
-func ImportMutes(ctx context.Context, st *store.Store, users []uint64, first uint64, n int, mutedAt int64) error {
+func Mutes(ctx context.Context, st *store.Store, users []uint64, first uint64, n int, mutedAt int64) error {
 	for sh, ids := range byShard(st, users) {
 		if _, err := sqlconn.InsertRows(ctx, sh.DB, importMutesHead, 3, "", len(ids)*n, func(i int) []any {
 			return []any{ids[i/n], first + uint64(i%n), mutedAt}
 		}); err != nil {
-			return fmt.Errorf("storetest: import mutes: %w", err)
+			return fmt.Errorf("storeload: mutes: %w", err)
 		}
 	}
 	return nil
