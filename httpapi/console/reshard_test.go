@@ -110,7 +110,7 @@ func consoleRefusesReshard(t *testing.T, f *fixture, r *reshard.Reshard, st *sto
 		}
 	}
 	_, page := f.get(t, "/console/reshard")
-	mustContain(t, page, "epoch 1", "1024 0-1023=db0", "<code>feedd reshard apply</code> refuses",
+	mustContain(t, page, "epoch 1", "1024 0-1023=db0", "None. <code>feedd reshard apply</code> refuses",
 		"is on TiDB: online resharding is not supported on TiDB", "add TiKV nodes")
 	if strings.Contains(page, "Abort reshard") {
 		t.Errorf("the page offers an abort on TiDB:\n%s", page)
