@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -80,6 +81,9 @@ type ReshardView struct {
 	Abort    AbortState
 	// Err is why the reshard under way could not be read.
 	Err error
+	// Refused is why feedd reshard refuses to move virtual shards of a
+	// database (reshard.ErrTiDB), nil where it can.
+	Refused error
 }
 
 // Reshard reads the layout in force and a reshard under way.
@@ -90,9 +94,10 @@ func (s *Service) Reshard(ctx context.Context) ReshardView {
 		v.Owners = append(v.Owners, DatabaseRanges{sh.Name, s.store.Ranges(sh)})
 	}
 	type mark struct {
-		m   store.ReshardMark
-		ok  bool
-		err error
+		m       store.ReshardMark
+		ok      bool
+		err     error
+		refused error
 	}
 	// The abort's state before the marks: an abort that ends between the
 	// two reads shows as running, not as done beside its marks.
@@ -101,11 +106,21 @@ func (s *Service) Reshard(ctx context.Context) ReshardView {
 	s.reshards.mu.Unlock()
 	marks := eachShard(s, ctx, func(ctx context.Context, sh *store.Shard) mark {
 		m, ok, err := sh.ReshardMark(ctx)
-		return mark{m, ok, err}
+		if err != nil {
+			return mark{err: err}
+		}
+		refused := reshard.CheckServer(ctx, sh.Name, sh.Pool(store.Reads))
+		if refused != nil && !errors.Is(refused, reshard.ErrTiDB) {
+			return mark{err: refused}
+		}
+		return mark{m, ok, nil, refused}
 	})
 	for _, m := range marks {
 		if m.err != nil {
 			v.Err = m.err
+		}
+		if m.refused != nil {
+			v.Refused = m.refused
 		}
 		if m.ok {
 			v.UnderWay, v.Target = true, m.m.Layout

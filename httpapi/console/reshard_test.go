@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -17,6 +18,7 @@ import (
 
 // TestConsoleReshard shows a reshard held in its copy phase (its progress
 // callback waits), then aborts it from the page once apply has stopped.
+// On TiDB, which has no triggers, apply refuses and the page says why.
 func TestConsoleReshard(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -52,6 +54,10 @@ func TestConsoleReshard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	if storetest.TiDB(t) {
+		consoleRefusesReshard(t, f, r, st)
+		return
+	}
 	actx, stopApply := context.WithCancel(ctx)
 	applied := make(chan error, 1)
 	go func() { applied <- r.Apply(actx, nil) }()
@@ -86,5 +92,26 @@ func TestConsoleReshard(t *testing.T) {
 	mustContain(t, page, "done", "None.")
 	if under, err := store.ReshardUnderWay(ctx, st.Shards()[1].DB); err != nil || under != "" {
 		t.Errorf("db1 still records a reshard to %q (%v)", under, err)
+	}
+}
+
+// consoleRefusesReshard checks, on TiDB, that apply refuses before it
+// marks anything and that the reshard page shows the refusal, with no
+// reshard to abort.
+func consoleRefusesReshard(t *testing.T, f *fixture, r *reshard.Reshard, st *store.Store) {
+	ctx := t.Context()
+	if err := r.Apply(ctx, nil); !errors.Is(err, reshard.ErrTiDB) || !strings.Contains(err.Error(), "database db0 is on TiDB") {
+		t.Fatalf("apply on TiDB: %v, want a refusal naming db0 and %q", err, reshard.ErrTiDB)
+	}
+	for _, sh := range st.Shards() {
+		if under, err := store.ReshardUnderWay(ctx, sh.DB); err != nil || under != "" {
+			t.Errorf("%s records a reshard to %q (%v) after the refusal", sh.Name, under, err)
+		}
+	}
+	_, page := f.get(t, "/console/reshard")
+	mustContain(t, page, "epoch 1", "1024 0-1023=db0", "None. <code>feedd reshard apply</code> refuses",
+		"is on TiDB: online resharding is not supported on TiDB", "add TiKV nodes")
+	if strings.Contains(page, "Abort reshard") {
+		t.Errorf("the page offers an abort on TiDB:\n%s", page)
 	}
 }

@@ -31,9 +31,13 @@ type Plan struct {
 }
 
 // Plan counts the rows each table would move, reading every source
-// database's keyed tables once.
+// database's keyed tables once. It refuses what Apply refuses: moves on
+// TiDB (ErrTiDB).
 func (r *Reshard) Plan(ctx context.Context) (Plan, error) {
 	p := Plan{Moves: r.Moves, Rows: map[string]int64{}}
+	if err := r.checkServers(ctx); err != nil {
+		return p, err
+	}
 	start := time.Now()
 	err := r.eachSourceRow(ctx, "count", func(t table, _ string, _ uint64, _ []any) error {
 		p.Rows[t.name]++
@@ -124,7 +128,12 @@ type Report struct {
 // processes route by from then on. The rows stay on the source until
 // Cleanup. Run again after a crash, Apply goes on from where the layout in
 // force and the logs are. report, if set, is called after each cut-over.
+// It refuses, before it writes anything, moves from or to a database on
+// TiDB (ErrTiDB).
 func (r *Reshard) Apply(ctx context.Context, report func(Report)) error {
+	if err := r.checkServers(ctx); err != nil {
+		return err
+	}
 	target := r.Target()
 	if err := r.mark(ctx, target); err != nil {
 		return err

@@ -3,6 +3,7 @@ package reshard
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -39,6 +40,38 @@ import (
 // changes are applied; the rows get the next epoch in the transaction that
 // records the new layout; and the waiting writes are refused as stale, so
 // their processes route by the new layout and retry there.
+
+// ErrTiDB is why a reshard refuses to move virtual shards from or to a
+// database on TiDB: TiDB has no triggers, so writes could be neither
+// captured nor fenced. TiDB needs no resharding either: it splits and
+// moves its data across its storage nodes by itself.
+var ErrTiDB = errors.New("online resharding is not supported on TiDB: it captures writes and fences stale writers with triggers, which TiDB does not have; " +
+	"a TiDB deployment is one database in sharding.yaml and scales out by TiDB's own means (add TiKV nodes; placement rules place data)")
+
+// CheckServer returns ErrTiDB, naming the database, when db is on TiDB.
+func CheckServer(ctx context.Context, name string, db sqlx.QueryerContext) error {
+	tidb, err := store.IsTiDB(ctx, db)
+	if err != nil {
+		return fmt.Errorf("reshard: database %s: %w", name, err)
+	}
+	if tidb {
+		return fmt.Errorf("reshard: database %s is on TiDB: %w", name, ErrTiDB)
+	}
+	return nil
+}
+
+// checkServers refuses a reshard whose moves give or take virtual shards
+// on TiDB (CheckServer).
+func (r *Reshard) checkServers(ctx context.Context) error {
+	for _, m := range r.Moves {
+		for _, name := range []string{m.From, m.To} {
+			if err := CheckServer(ctx, name, r.dbs[name]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // fenceStripes is the number of layout_fence rows. A writer locks the row
 // of its connection id, exclusively, so two writers wait for each other

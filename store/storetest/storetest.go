@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
 	"github.com/testcontainers/testcontainers-go"
 	tcmysql "github.com/testcontainers/testcontainers-go/modules/mysql"
 
@@ -79,14 +80,12 @@ func TiDB(t testing.TB) bool {
 }
 
 func isTiDB(dsn string) (bool, error) {
-	db, err := sql.Open("mysql", dsn)
+	db, err := sqlx.Open("mysql", dsn)
 	if err != nil {
 		return false, err
 	}
 	defer db.Close()
-	var version string
-	err = db.QueryRow("SELECT VERSION()").Scan(&version)
-	return strings.Contains(version, "TiDB"), err
+	return store.IsTiDB(context.Background(), db)
 }
 
 func discover() (string, error) {
