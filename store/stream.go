@@ -72,7 +72,7 @@ func (r streamRow) stream() feed.Stream {
 
 const insertStreamSQL = `INSERT INTO streams (host_id, stream_id, state, scheduled_start, list, pos, created_at) VALUES (?, ?, 0, ?, 1, ?, ?)`
 
-const parkDeliverySQL = `INSERT INTO deliveries (content_id, author_id, publish_time, kind, state, created_at) VALUES (?, ?, 0, '` + ReplayKind + `', 3, ?)`
+const parkDeliverySQL = `INSERT INTO deliveries (content_id, author_id, publish_time, kind, state, created_at) VALUES (?, ?, 0, '` + ReplayKind + `', ?, ?)`
 
 const lockStreamSQL = `SELECT ` + streamCols + ` FROM streams WHERE host_id = ? AND stream_id = ? FOR UPDATE`
 
@@ -124,7 +124,7 @@ func (s *Store) CreateStream(ctx context.Context, st feed.Stream, now int64) (st
 		} else if queued > MaxQueuedStreams {
 			return feed.Errorf(feed.ELIMIT, "host %d has %d previews and live streams, the maximum", st.HostID, MaxQueuedStreams)
 		}
-		_, err = tx.ExecContext(ctx, parkDeliverySQL, st.StreamID, st.HostID, now)
+		_, err = tx.ExecContext(ctx, parkDeliverySQL, st.StreamID, st.HostID, deliveryParked, now)
 		if mysqlErrno(err) == errDupEntry {
 			return feed.Errorf(feed.ECONFLICT, "id %d names a post or another host's stream", st.StreamID)
 		} else if err != nil {
@@ -142,12 +142,12 @@ const endStreamSQL = `UPDATE streams SET state = 2, ended_at = ?, list = 2, pos 
 
 // unparkDeliverySQL turns an ended stream's parked delivery into a pending
 // one, the outbox event that fans the replay out.
-const unparkDeliverySQL = `UPDATE deliveries SET state = 0, publish_time = ? WHERE content_id = ? AND state = 3`
+const unparkDeliverySQL = `UPDATE deliveries SET state = 0, publish_time = ? WHERE content_id = ? AND state = ?`
 
 // retireParkedSQL ends a deleted stream's parked delivery as a finished
 // retraction (it was never pushed): its tombstone lasts from then on
 // (PurgeTombstones).
-const retireParkedSQL = `UPDATE deliveries SET state = 2, retract = 1, claimed_until = ? WHERE content_id = ? AND state = 3`
+const retireParkedSQL = `UPDATE deliveries SET state = 2, retract = 1, claimed_until = ? WHERE content_id = ? AND state = ?`
 
 // StartStream takes a preview live at startedAt.
 //
@@ -176,7 +176,7 @@ func (s *Store) EndStream(ctx context.Context, hostID, streamID uint64, endedAt 
 		if _, err := tx.ExecContext(ctx, endStreamSQL, endedAt, endedAt, hostID, streamID); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, unparkDeliverySQL, endedAt, streamID)
+		_, err := tx.ExecContext(ctx, unparkDeliverySQL, endedAt, streamID, deliveryParked)
 		return err
 	})
 }
@@ -239,7 +239,7 @@ func (s *Store) DeleteStream(ctx context.Context, hostID, streamID uint64, now i
 		}
 		if row.State != streamReplay {
 			// A stream that never ended has no replay to retract.
-			_, err := tx.ExecContext(ctx, retireParkedSQL, max(now, 1), streamID)
+			_, err := tx.ExecContext(ctx, retireParkedSQL, max(now, 1), streamID, deliveryParked)
 			return err
 		}
 		return retractDelivery(ctx, tx, streamID)
