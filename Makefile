@@ -80,7 +80,7 @@ help: ## Show this help
 	@echo "Usage: make <target> [GO=go] [TESTFLAGS=...] [BENCHFLAGS=...] [NO_DOCKER=1]"
 	@echo
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
-		awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
+		awk 'BEGIN {FS = ":.*## "} {printf "  %-13s %s\n", $$1, $$2}'
 
 .PHONY: run
 run: ## Run feedd serve (FEED_MYSQL_DSN, else docker compose, else local MariaDB)
@@ -106,12 +106,22 @@ ROCKSDB_TESTS = \
 	FEED_TEST_INBOX_ENGINE=rocksdb $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./store/... ./service && \
 	FEED_TEST_INBOX_ENGINE=rocksdb $(GO) test -count=1 -timeout 15m -run 'TestCrash|^TestReshard$$' $(TESTFLAGS) ./cmd/feedd
 
+# The packages test-race runs: the concurrent ones (workers, caches, the
+# HTTP server and its streams, feedd's process and its shutdown) and the
+# domain types.
+RACE_PKGS = . ./store/... ./service ./httpapi/... ./cmd/feedd
+
 .PHONY: test
 test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB, then the store, service, crash and reshard tests with the inbox in MyRocks
 	@rocksdb="$$($(ROCKSDB_DSN))"; \
 	$(WITH_TEST_DB) \
 	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./... && \
 	FEED_TEST_MYSQL_DSN="$$rocksdb" && $(ROCKSDB_TESTS)
+
+.PHONY: test-race
+test-race: ## go test -race of the store, service, HTTP and feedd packages against a discovered MySQL/MariaDB (needs cgo and a C compiler)
+	@$(WITH_TEST_DB) \
+	set -x; $(GO) test -race -count=1 -timeout 60m $(TESTFLAGS) $(RACE_PKGS)
 
 .PHONY: test-rocksdb
 test-rocksdb: ## The store, service, crash and reshard tests with the inbox in MyRocks (FEED_TEST_ROCKSDB_DSN, else a local MariaDB on 3308 with deploy/rocksdb.cnf)
@@ -189,11 +199,22 @@ fmt: ## Fail if gofmt would change any file (gofmt -l)
 	fi
 
 .PHONY: vet
-vet: ## go vet ./...
+vet: ## go vet ./... (and the console-tagged browser test)
 	$(GO) vet ./...
+	$(GO) vet -tags console ./httpapi/console/browser/
+
+.PHONY: staticcheck
+staticcheck: ## staticcheck ./..., the version go.mod pins as a tool (checks: staticcheck.conf files)
+	$(GO) tool staticcheck ./...
+	$(GO) tool staticcheck -tags console ./httpapi/console/browser/
 
 .PHONY: lint
-lint: fmt vet ## fmt + vet
+lint: fmt vet staticcheck ## fmt + vet + staticcheck
+
+.PHONY: check
+check: lint ## The inner loop: lint, then go test ./... on the discovered MySQL/MariaDB only (cached results reused; no MyRocks pass)
+	@$(WITH_TEST_DB) \
+	set -x; $(GO) test -timeout 15m $(TESTFLAGS) ./...
 
 .PHONY: db-stop
 db-stop: ## Stop the local MariaDB servers started by .ci/localdb.sh (3307, and 3308 with MyRocks)

@@ -232,25 +232,6 @@ func checkPage(t testing.TB, items []feed.Post, next string, limit int, first bo
 	}
 }
 
-// scrollFeed pages through the user's whole feed from the cursor on,
-// checking every page.
-func scrollFeed(t testing.TB, h *harness, user uint64, limit int, cursor string) []feed.Post {
-	t.Helper()
-	var all []feed.Post
-	for i := 0; ; i++ {
-		items, next := readPage(t, h, user, limit, cursor)
-		checkPage(t, items, next, limit, i == 0 && cursor == "")
-		all = append(all, items...)
-		if next == "" {
-			return all
-		}
-		if i > 10000 {
-			t.Fatal("feed did not end")
-		}
-		cursor = next
-	}
-}
-
 // scrollChecked pages through the user's whole feed and checks each page
 // against the brute force as it is when the page is read: the model's feed
 // below the last key of the previous page, cut at limit. between runs after

@@ -50,9 +50,9 @@ func (r streamRow) stream() feed.Stream {
 	return st
 }
 
-const insertStreamSQL = `INSERT INTO streams (host_id, stream_id, state, scheduled_start, list, pos, created_at) VALUES (?, ?, 0, ?, 1, ?, ?)`
+const insertStreamSQL = `INSERT INTO streams (host_id, stream_id, state, scheduled_start, list, pos, created_at) VALUES (?, ?, ` + streamPreviewSQL + `, ?, ` + listQueueSQL + `, ?, ?)`
 
-const parkDeliverySQL = `INSERT INTO deliveries (content_id, author_id, publish_time, kind, state, created_at) VALUES (?, ?, 0, '` + ReplayKind + `', 3, ?)`
+const parkDeliverySQL = `INSERT INTO deliveries (content_id, author_id, publish_time, kind, state, created_at) VALUES (?, ?, 0, '` + ReplayKind + `', ` + deliveryParkedSQL + `, ?)`
 
 const lockStreamSQL = `SELECT ` + streamCols + ` FROM streams WHERE host_id = ? AND stream_id = ? FOR UPDATE`
 

@@ -35,9 +35,8 @@ func TestPushDeliveries(t *testing.T) {
 	followMany(t, st, puller, near[:1])
 	mustExec(t, home.DB, `UPDATE authors SET mode = ? WHERE author_id = ?`, store.AuthorPull, puller)
 	followMany(t, st, deleted, near[:1])
-	var posts []feed.Post
 	for i, a := range []uint64{small, both, both, big, puller, deleted} {
-		posts = append(posts, publish(t, st, a, uint64(100+i), t0+int64(i)))
+		publish(t, st, a, uint64(100+i), t0+int64(i))
 	}
 	must(t, st.DeletePost(t.Context(), deleted, 105))
 	// A follow whose event has not listed it yet gets the post too: the

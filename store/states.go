@@ -53,9 +53,10 @@ const (
 	listQueue   = 1
 	listReplays = 2
 
-	streamLiveSQL   = "1"
-	streamReplaySQL = "2"
-	listNoneSQL     = "0"
-	listQueueSQL    = "1"
-	listReplaysSQL  = "2"
+	streamPreviewSQL = "0"
+	streamLiveSQL    = "1"
+	streamReplaySQL  = "2"
+	listNoneSQL      = "0"
+	listQueueSQL     = "1"
+	listReplaysSQL   = "2"
 )

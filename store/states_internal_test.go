@@ -19,6 +19,7 @@ func TestStateCodes(t *testing.T) {
 		{"ModePush", ModePush, modePushSQL},
 		{"AuthorPush", AuthorPush, authorPushSQL},
 		{"AuthorSwitching", AuthorSwitching, authorSwitchingSQL},
+		{"streamPreview", streamPreview, streamPreviewSQL},
 		{"streamLive", streamLive, streamLiveSQL},
 		{"streamReplay", streamReplay, streamReplaySQL},
 		{"listNone", listNone, listNoneSQL},

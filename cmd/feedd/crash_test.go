@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,7 +55,8 @@ func feeddBinary(t *testing.T) string {
 			return
 		}
 		build.path = filepath.Join(build.dir, "feedd")
-		cmd := exec.Command(goTool(), "build", "-o", build.path, "./cmd/feedd")
+		// go test puts the bin directory of its own toolchain first on PATH.
+		cmd := exec.Command("go", "build", "-o", build.path, "./cmd/feedd")
 		cmd.Dir = root
 		build.out, build.err = cmd.CombinedOutput()
 	})
@@ -71,14 +71,6 @@ func removeBuild() {
 	if build.dir != "" {
 		os.RemoveAll(build.dir)
 	}
-}
-
-// goTool is the go command: the one on PATH, else the toolchain's own.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
 // childEnv is the environment of feedd subprocesses: the test's without any

@@ -451,65 +451,6 @@ func startMainErr(t *testing.T, args ...string) (*Main, error) {
 	return m, err
 }
 
-// snapshot reads, through the API, every user's feed and following list
-// and every author's posts and followers.
-func snapshot(t *testing.T, c *client.Client, users, authors []uint64) map[string][]string {
-	t.Helper()
-	ctx := t.Context()
-	out := map[string][]string{}
-	collect := func(key string, fetch func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error)) {
-		wait.For(t, "a complete "+key, func() error {
-			var ids []string
-			for p, err := range client.All(ctx, 7, fetch) {
-				if err != nil {
-					return err
-				}
-				ids = append(ids, p.ContentID)
-			}
-			out[key] = ids
-			return nil
-		})
-	}
-	for _, u := range users {
-		collect(fmt.Sprintf("feed %d", u), func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
-			return c.Feed(ctx, u, limit, cursor)
-		})
-		var following []string
-		for f, err := range client.All(ctx, 100, func(ctx context.Context, limit int, cursor string) (client.Page[client.Following], error) {
-			return c.Following(ctx, u, limit, cursor)
-		}) {
-			must(t, err)
-			following = append(following, f.AuthorID)
-		}
-		out[fmt.Sprintf("following %d", u)] = following
-	}
-	for _, a := range authors {
-		collect(fmt.Sprintf("posts %d", a), func(ctx context.Context, limit int, cursor string) (client.Page[client.Post], error) {
-			return c.Posts(ctx, a, limit, cursor)
-		})
-		// Followers lists trail follows by the follow worker: wait for
-		// them to settle before recording.
-		var followers []string
-		wait.For(t, fmt.Sprintf("the followers of %d settled", a), func() error {
-			var got []string
-			for f, err := range client.All(ctx, 100, func(ctx context.Context, limit int, cursor string) (client.Page[client.Follower], error) {
-				return c.Followers(ctx, a, limit, cursor)
-			}) {
-				must(t, err)
-				got = append(got, f.UserID)
-			}
-			last := followers
-			followers = got
-			if !slices.Equal(got, last) {
-				return fmt.Errorf("followers %v, then %v", last, got)
-			}
-			return nil
-		})
-		out[fmt.Sprintf("followers %d", a)] = followers
-	}
-	return out
-}
-
 // settle waits until the workers are idle on every database: deliveries
 // and retractions done, follow events applied.
 func settle(t *testing.T, dsn map[string]string) {

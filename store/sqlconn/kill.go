@@ -326,8 +326,8 @@ func (s *killStmt) NumInput() int                               { return s.raw.N
 func (s *killStmt) CheckNamedValue(nv *driver.NamedValue) error { return s.raw.CheckNamedValue(nv) }
 
 // Exec and Query complete driver.Stmt; database/sql calls the context forms.
-func (s *killStmt) Exec(args []driver.Value) (driver.Result, error) { return s.raw.Exec(args) }  //lint:ignore SA1019 database/sql calls the context forms
-func (s *killStmt) Query(args []driver.Value) (driver.Rows, error)  { return s.raw.Query(args) } //lint:ignore SA1019 database/sql calls the context forms
+func (s *killStmt) Exec(args []driver.Value) (driver.Result, error) { return s.raw.Exec(args) }
+func (s *killStmt) Query(args []driver.Value) (driver.Rows, error)  { return s.raw.Query(args) }
 
 type killTx struct {
 	raw  driver.Tx
