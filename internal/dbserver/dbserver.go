@@ -177,7 +177,9 @@ func serverTemplate(mariadbd string) (string, error) {
 			return
 		}
 		templateDir = filepath.Join(dir, "data")
-		args := []string{"--no-defaults", "--datadir=" + templateDir, "--auth-root-authentication-method=normal", "--skip-test-db"}
+		// A server deletes the #sql files in its tmpdir as it starts, which
+		// in the shared /tmp are other servers' temporary tables in use.
+		args := []string{"--no-defaults", "--datadir=" + templateDir, "--tmpdir=" + dir, "--auth-root-authentication-method=normal", "--skip-test-db"}
 		if os.Geteuid() == 0 {
 			args = append(args, "--user=root")
 		}
