@@ -60,3 +60,20 @@ const (
 	listQueueSQL     = "1"
 	listReplaysSQL   = "2"
 )
+
+// ClaimableRows says which rows of a table workers may claim: those whose
+// column Col holds one of Values (Col empty: every row), as the predicate
+// SQL says in SQL. A reshard moves them at the cut-over, not with the copy.
+type ClaimableRows struct {
+	Col    string
+	Values []string
+	SQL    string
+}
+
+// Claimable is ClaimableRows for each table whose rows workers claim.
+var Claimable = map[string]ClaimableRows{
+	"fanout_tasks":  {SQL: "1 = 1"},
+	"follow_events": {SQL: "1 = 1"},
+	"deliveries":    {Col: "state", Values: []string{deliveryPendingSQL, deliveryRunningSQL}, SQL: "state < " + deliveryDoneSQL},
+	"authors":       {Col: "mode", Values: []string{authorSwitchingSQL}, SQL: "mode = " + authorSwitchingSQL},
+}

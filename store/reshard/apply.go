@@ -410,10 +410,10 @@ const retireSwitchSQL = `UPDATE authors SET mode = 0 WHERE author_id = ? AND mod
 // to its owner, then deleted from name (an author's switch is ended there
 // instead): run again after a crash, it moves what is left.
 func (r *Reshard) settleClaimable(ctx context.Context, name string, tables map[string]table) error {
-	for _, tn := range slices.Sorted(maps.Keys(claims)) {
+	for _, tn := range slices.Sorted(maps.Keys(store.Claimable)) {
 		t := tables[tn]
 		byOwner := map[string][][]any{}
-		_, err := scanBatch(ctx, r.dbs[name], "SELECT "+quoted(t.cols)+" FROM `"+t.name+"` WHERE "+claims[t.name].sql, nil, len(t.cols), func(row []any) error {
+		_, err := scanBatch(ctx, r.dbs[name], "SELECT "+quoted(t.cols)+" FROM `"+t.name+"` WHERE "+store.Claimable[t.name].SQL, nil, len(t.cols), func(row []any) error {
 			id, err := placingID(row[t.key])
 			if err != nil {
 				return err

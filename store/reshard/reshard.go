@@ -230,22 +230,6 @@ type table struct {
 	key  int      // index of the placing id into cols
 }
 
-// Rows that workers may claim move right after the cut-over, not with the
-// copy: on the database receiving them, its workers would otherwise take
-// up work that is not its own yet. A row is claimable per claims, by the
-// value of one column (-1: every row of the table); claimableSQL says the
-// same in SQL.
-var claims = map[string]struct {
-	col   string
-	match func(v string) bool
-	sql   string
-}{
-	"fanout_tasks":  {"", nil, "1 = 1"},
-	"follow_events": {"", nil, "1 = 1"},
-	"deliveries":    {"state", func(v string) bool { return v == "0" || v == "1" }, "state < 2"},
-	"authors":       {"mode", func(v string) bool { return v == "1" }, "mode = 1"},
-}
-
 // pkOf returns the primary key values of row, a row of t.
 func (t table) pkOf(row []any) []any {
 	k := make([]any, len(t.pk))
@@ -271,21 +255,23 @@ func describeByName(ctx context.Context, db *sqlx.DB) (map[string]table, error) 
 // allClaimable says whether every row of t is claimable: the copy takes
 // none of them, and catch-up has nothing of t to apply.
 func (t table) allClaimable() bool {
-	c, ok := claims[t.name]
-	return ok && c.col == ""
+	c, ok := store.Claimable[t.name]
+	return ok && c.Col == ""
 }
 
-// claimable says whether workers may claim row, a row of t.
+// claimable says whether workers may claim row, a row of t. Such rows move
+// right after the cut-over, not with the copy: on the database receiving
+// them, its workers would otherwise take up work that is not its own yet.
 func (t table) claimable(row []any) bool {
-	c, ok := claims[t.name]
+	c, ok := store.Claimable[t.name]
 	if !ok {
 		return false
 	}
-	if c.col == "" {
+	if c.Col == "" {
 		return true
 	}
-	b, _ := row[slices.Index(t.cols, c.col)].([]byte)
-	return c.match(string(b))
+	b, _ := row[slices.Index(t.cols, c.Col)].([]byte)
+	return slices.Contains(c.Values, string(b))
 }
 
 const estimateSQL = `SELECT COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES
