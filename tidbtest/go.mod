@@ -2,7 +2,10 @@ module github.com/feedhq/feed/tidbtest
 
 go 1.26.8
 
-require github.com/pingcap/tidb v1.1.0-beta.0.20251126154744-e4e814fdc0af
+require (
+	github.com/go-sql-driver/mysql v1.7.1
+	github.com/pingcap/tidb v1.1.0-beta.0.20251126154744-e4e814fdc0af
+)
 
 require (
 	cloud.google.com/go v0.112.1 // indirect
@@ -65,7 +68,6 @@ require (
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
 	github.com/go-resty/resty/v2 v2.11.0 // indirect
-	github.com/go-sql-driver/mysql v1.7.1 // indirect
 	github.com/goccy/go-json v0.10.2 // indirect
 	github.com/goccy/go-reflect v1.2.0 // indirect
 	github.com/gogo/protobuf v1.3.2 // indirect
