@@ -33,6 +33,18 @@ func (k Key) Less(o Key) bool {
 	return k.ContentID < o.ContentID
 }
 
+// NewestFirst orders posts as every feed lists them, for slices.SortFunc:
+// the newer publish_time first, then the higher content id.
+func NewestFirst(a, b Post) int {
+	switch ka, kb := a.Key(), b.Key(); {
+	case kb.Less(ka):
+		return -1
+	case ka.Less(kb):
+		return 1
+	}
+	return 0
+}
+
 // Follow is one edge of the social graph as the lists show it.
 type Follow struct {
 	UserID     uint64 `db:"user_id"`

@@ -28,7 +28,7 @@ func mergeNewest(n int, floor *feed.Key, lists ...[]feed.Post) []feed.Post {
 		h = &oldestFirst{in: map[uint64]bool{}}
 	}
 	for _, l := range lists {
-		sorted := h != nil && slices.IsSortedFunc(l, newestFirst)
+		sorted := h != nil && slices.IsSortedFunc(l, feed.NewestFirst)
 		for _, p := range l {
 			if floor != nil && p.Key().Less(*floor) {
 				continue
@@ -43,19 +43,9 @@ func mergeNewest(n int, floor *feed.Key, lists ...[]feed.Post) []feed.Post {
 	if h != nil {
 		out = append(out, h.posts...)
 	}
-	slices.SortFunc(out, newestFirst)
+	slices.SortFunc(out, feed.NewestFirst)
 	out = slices.CompactFunc(out, func(a, b feed.Post) bool { return a.ContentID == b.ContentID })
 	return out[:min(n, len(out))]
-}
-
-func newestFirst(a, b feed.Post) int {
-	switch ka, kb := a.Key(), b.Key(); {
-	case kb.Less(ka):
-		return -1
-	case ka.Less(kb):
-		return 1
-	}
-	return 0
 }
 
 // oldestFirst is a min-heap by key (the oldest post at the root) of the

@@ -133,7 +133,7 @@ func TestMergeNewestRandom(t *testing.T) {
 				l = append(l, p)
 			}
 			if rng.IntN(2) == 0 {
-				slices.SortFunc(l, newestFirst)
+				slices.SortFunc(l, feed.NewestFirst)
 			}
 			lists = append(lists, l)
 			all = append(all, l...)

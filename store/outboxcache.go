@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"sort"
@@ -191,9 +190,7 @@ func (s *Store) shardsOf(authors []uint64) map[*Shard]bool {
 // newestOf sorts an author's posts newest first, each once, and keeps the
 // first n.
 func newestOf(posts []feed.Post, n int) []feed.Post {
-	slices.SortFunc(posts, func(a, b feed.Post) int {
-		return cmp.Or(cmp.Compare(b.PublishTime, a.PublishTime), cmp.Compare(b.ContentID, a.ContentID))
-	})
+	slices.SortFunc(posts, feed.NewestFirst)
 	posts = slices.CompactFunc(posts, func(a, b feed.Post) bool { return a.ContentID == b.ContentID })
 	return posts[:min(len(posts), n)]
 }
