@@ -20,8 +20,8 @@ func checkKinds(kinds []string) ([]string, error) {
 		return nil, feed.Errorf(feed.EINVALID, "kinds takes 1 to %d kinds", feed.MaxKinds)
 	}
 	for _, k := range kinds {
-		if !kindPattern.MatchString(k) {
-			return nil, feed.Errorf(feed.EINVALID, "kinds: each kind must match %s", kindPattern)
+		if !feed.KindPattern.MatchString(k) {
+			return nil, feed.Errorf(feed.EINVALID, "kinds: each kind must match %s", feed.KindPattern)
 		}
 	}
 	out := slices.Clone(kinds)

@@ -2,13 +2,10 @@ package service
 
 import (
 	"context"
-	"regexp"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 )
-
-var kindPattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
 
 // PublishInput is a publish request; zero ContentID and nil PublishTime ask
 // the server to assign them, empty Kind means feed.KindPost.
@@ -31,8 +28,8 @@ func (s *Service) Publish(ctx context.Context, in PublishInput) (feed.Post, bool
 	if in.Kind == "" {
 		in.Kind = feed.KindPost
 	}
-	if !kindPattern.MatchString(in.Kind) {
-		return feed.Post{}, false, feed.Errorf(feed.EINVALID, "kind must match %s", kindPattern)
+	if !feed.KindPattern.MatchString(in.Kind) {
+		return feed.Post{}, false, feed.Errorf(feed.EINVALID, "kind must match %s", feed.KindPattern)
 	}
 	p := feed.Post{AuthorID: in.AuthorID, ContentID: in.ContentID, Kind: in.Kind, PublishTime: now.UnixMilli()}
 	if in.PublishTime != nil {
