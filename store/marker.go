@@ -21,11 +21,15 @@ type Marker struct {
 // left to right, so updated_at and content_id are assigned while the row
 // still holds the old position they compare with; publish_time goes last,
 // and GREATEST is right for it whatever the ids.
-const advanceMarkerSQL = `INSERT INTO markers (user_id, publish_time, content_id, updated_at) VALUES (?, ?, ?, ?)
+const (
+	advanceMarkerHead = `INSERT INTO markers (user_id, publish_time, content_id, updated_at)`
+	advanceMarkerTail = `
 ON DUPLICATE KEY UPDATE
   updated_at = IF(VALUES(publish_time) > publish_time OR (VALUES(publish_time) = publish_time AND VALUES(content_id) > content_id), VALUES(updated_at), updated_at),
   content_id = IF(VALUES(publish_time) > publish_time OR (VALUES(publish_time) = publish_time AND VALUES(content_id) > content_id), VALUES(content_id), content_id),
   publish_time = GREATEST(publish_time, VALUES(publish_time))`
+	advanceMarkerSQL = advanceMarkerHead + ` VALUES (?, ?, ?, ?)` + advanceMarkerTail
+)
 
 const getMarkerSQL = `SELECT publish_time, content_id, updated_at FROM markers WHERE user_id = ?`
 

@@ -63,6 +63,7 @@ type Main struct {
 	Command string
 	Config  Config
 	Reshard reshardConfig
+	Import  importConfig
 	Stderr  io.Writer
 	Log     *slog.Logger
 
@@ -88,6 +89,7 @@ const usage = `usage: feedd <command> [flags]
 commands:
   serve    run the HTTP API and the fan-out workers
   migrate  apply the schema migrations to every shard
+  import   load a JSON Lines file of follows, posts, mutes, hides and markers (feedd import -h)
   reshard  move virtual shards between databases (feedd reshard -h)
 
 Every flag has an environment variable FEED_<FLAG> (e.g. FEED_MYSQL_DSN);
@@ -95,7 +97,7 @@ run "feedd serve -h" for the flags.`
 
 // ParseFlags reads the command, then the environment and flags.
 func (m *Main) ParseFlags(args []string) error {
-	if len(args) == 0 || (args[0] != "serve" && args[0] != "migrate" && args[0] != "reshard") {
+	if len(args) == 0 || (args[0] != "serve" && args[0] != "migrate" && args[0] != "reshard" && args[0] != "import") {
 		fmt.Fprintln(m.Stderr, usage)
 		return flag.ErrHelp
 	}
@@ -104,7 +106,16 @@ func (m *Main) ParseFlags(args []string) error {
 		m.Log = newLogger(m.Stderr, m.Config.LogFormat, m.Config.LogLevel)
 		return m.Reshard.parse(args[1:], m.Stderr)
 	}
-	if err := m.Config.parse("feedd "+m.Command, args[1:], m.Stderr); err != nil {
+	flags := args[1:]
+	if m.Command == "import" {
+		// feedd import [flags] FILE
+		if len(flags) == 0 || (strings.HasPrefix(flags[len(flags)-1], "-") && flags[len(flags)-1] != "-") {
+			fmt.Fprintln(m.Stderr, "usage: feedd import [flags] FILE (- for standard input)")
+			return flag.ErrHelp
+		}
+		m.Import.File, flags = flags[len(flags)-1], flags[:len(flags)-1]
+	}
+	if err := m.Config.parse("feedd "+m.Command, flags, m.Stderr, m.Import.register); err != nil {
 		return err
 	}
 	if m.Command == "serve" && !m.Config.API && !m.Config.Workers {
@@ -174,8 +185,14 @@ func (m *Main) Run(ctx context.Context) error {
 	if err := st.CheckLayout(ctx); err != nil {
 		return err
 	}
-	if m.Command == "migrate" {
+	switch m.Command {
+	case "migrate":
 		return nil
+	case "import":
+		if m.svc, err = service.New(st, m.Config.Service, m.Log, service.NewMetrics(prometheus.NewRegistry()), time.Now); err != nil {
+			return err
+		}
+		return m.runImport(ctx)
 	}
 	return m.serve()
 }
