@@ -142,18 +142,34 @@ const (
 // importCacheBound bounds the posts the settling phase holds in memory.
 const importCacheBound = 2_000_000
 
+// ImportOptions tunes Import.
+type ImportOptions struct {
+	// SkipInvalid writes the valid lines of a file with invalid ones;
+	// otherwise such a file is refused before anything is written.
+	SkipInvalid bool
+	// Progress, if not nil, is called as the import goes, from several
+	// goroutines at once.
+	Progress func(ImportProgress)
+}
+
 // Import writes an import file checked by CheckImport (with check its
 // result): the records of its valid lines, resuming after the lines an
-// earlier run wrote, then settles authors and users. progress, if not nil,
-// is called as it goes. The file must be the one checked: its records are
-// read again from open.
-func (s *Service) Import(ctx context.Context, check ImportCheck, open func() (io.ReadCloser, error), progress func(ImportProgress)) (ImportReport, error) {
+// earlier run wrote, then settles authors and users. The file must be the
+// one checked: its records are read again from open.
+//
+// Returns EINVALID, with nothing written, for a file with invalid lines
+// unless opt.SkipInvalid.
+func (s *Service) Import(ctx context.Context, check ImportCheck, open func() (io.ReadCloser, error), opt ImportOptions) (ImportReport, error) {
+	var rep ImportReport
+	if check.Bad > 0 && !opt.SkipInvalid {
+		return rep, feed.Errorf(feed.EINVALID, "%d invalid lines, the first %s; nothing written", check.Bad, check.Invalid[0])
+	}
 	ctx = store.WithClass(ctx, store.Workers)
 	start := s.now()
+	progress := opt.Progress
 	if progress == nil {
 		progress = func(ImportProgress) {}
 	}
-	var rep ImportReport
 	p, err := s.store.StartImport(ctx, check.ID, check.Lines, start.UnixMilli())
 	if err != nil {
 		return rep, err

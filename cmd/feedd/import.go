@@ -14,6 +14,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 )
 
@@ -57,13 +58,12 @@ func (m *Main) runImport(ctx context.Context) error {
 	if more := check.Bad - int64(len(check.Invalid)); more > 0 {
 		fmt.Fprintf(m.Stderr, "... and %d more invalid lines\n", more)
 	}
-	if check.Bad > 0 && !m.Import.SkipInvalid {
-		return fmt.Errorf("import: %d invalid lines, nothing written (--skip-invalid writes the others)", check.Bad)
-	}
 	bar := newImportBar(m.Stderr)
-	rep, err := m.svc.Import(ctx, check, open, bar.report)
+	rep, err := m.svc.Import(ctx, check, open, service.ImportOptions{SkipInvalid: m.Import.SkipInvalid, Progress: bar.report})
 	bar.finish()
-	if err != nil {
+	if feed.ErrorCode(err) == feed.EINVALID {
+		return fmt.Errorf("import: %s (--skip-invalid writes the others)", feed.ErrorMessage(err))
+	} else if err != nil {
 		return fmt.Errorf("import: %w", err)
 	}
 	for _, c := range rep.Conflicts {
