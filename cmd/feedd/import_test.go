@@ -1,0 +1,151 @@
+package main
+
+import (
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/feedhq/feed"
+)
+
+// importFile writes a deployment of users 1..users as an import file:
+// each follows perUser others, publishes up to 40 posts, mutes one in ten
+// and marks a position. It returns the file's path.
+func importFile(t *testing.T, seed uint64, users, perUser int) string {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 46))
+	base := time.Now().Add(-72 * time.Hour).UnixMilli()
+	var b []byte
+	id := uint64(1)
+	for u := 1; u <= users; u++ {
+		for range r.IntN(40) {
+			b = feed.Record{Type: feed.RecordPost, AuthorID: uint64(u), ContentID: id, PublishTime: base + r.Int64N(1e8), Kind: feed.KindPost}.AppendJSON(b)
+			b = append(b, '\n')
+			id++
+		}
+		for _, a := range r.Perm(users)[:perUser] {
+			if a+1 == u {
+				continue
+			}
+			typ := feed.RecordFollow
+			if r.IntN(10) == 0 {
+				typ = feed.RecordMute
+			}
+			b = append(feed.Record{Type: typ, UserID: uint64(u), AuthorID: uint64(a + 1), FollowedAt: base}.AppendJSON(b), '\n')
+		}
+		b = append(feed.Record{Type: feed.RecordMarker, UserID: uint64(u), ContentID: id, PublishTime: base + 5e7}.AppendJSON(b), '\n')
+	}
+	path := filepath.Join(t.TempDir(), "import.jsonl")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// importState is what an import leaves, in columns that do not depend on
+// when it ran.
+func importState(t *testing.T, db *sql.DB) string {
+	t.Helper()
+	var out strings.Builder
+	for _, q := range []string{
+		`SELECT user_id, author_id, pull, muted FROM following ORDER BY user_id, author_id`,
+		`SELECT author_id, user_id FROM followers ORDER BY author_id, user_id`,
+		`SELECT author_id, follower_count, mode FROM authors ORDER BY author_id`,
+		`SELECT author_id, publish_time, content_id, kind, deleted FROM posts ORDER BY author_id, publish_time, content_id`,
+		`SELECT content_id, state FROM deliveries ORDER BY content_id`,
+		`SELECT user_id, author_id, muted_at IS NULL, hidden_at IS NULL FROM mutes ORDER BY user_id, author_id`,
+		`SELECT user_id, publish_time, content_id FROM markers ORDER BY user_id`,
+		`SELECT user_id, publish_time, content_id, author_id, floor_time, floor_id, pulls FROM inbox ORDER BY user_id, publish_time, content_id`,
+		`SELECT COUNT(*) FROM import_marks`,
+		`SELECT phase FROM imports`,
+	} {
+		rows, err := db.Query(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		vals := make([]sql.RawBytes, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		n := 0
+		for rows.Next() {
+			if err := rows.Scan(ptrs...); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range vals {
+				out.Write(v)
+				out.WriteByte(' ')
+			}
+			out.WriteByte('\n')
+			n++
+		}
+		rows.Close()
+		fmt.Fprintf(&out, "-- %d rows of %s\n", n, q)
+	}
+	return out.String()
+}
+
+// TestImportKilled SIGKILLs feedd import at random instants and runs it
+// again until it finishes: the databases end exactly as one uninterrupted
+// import of the file leaves them.
+func TestImportKilled(t *testing.T) {
+	skipShort(t)
+	t.Parallel()
+	path := importFile(t, crashSeed(t), 400, 30)
+	// A push threshold the popular authors pass, and an inbox limit most
+	// inboxes reach.
+	flags := []string{"--push-threshold", "20", "--inbox-limit", "50"}
+	bin, refDSN, _, ref := crashDatabase(t)
+	runFeedd(t, bin, append(append([]string{"import", "--mysql-dsn", refDSN}, flags...), path)...)
+	want := importState(t, ref)
+
+	_, dsn, _, db := crashDatabase(t)
+	rng := rand.New(rand.NewPCG(crashSeed(t), 7))
+	args := append(append([]string{"import", "--mysql-dsn", dsn}, flags...), path)
+	midway := 0
+	for k := 0; midway < 3 && k < 12; k++ {
+		p := startFeedd(t, bin, fmt.Sprintf("feedd import #%d", k), args...)
+		delay := 100*time.Millisecond + time.Duration(rng.Int64N(int64(900*time.Millisecond)))
+		select {
+		case <-p.done:
+		case <-time.After(delay):
+		}
+		p.kill()
+		var phase sql.NullInt64
+		var done int64
+		_ = db.QueryRow(`SELECT phase, lines_done FROM imports`).Scan(&phase, &done)
+		t.Logf("kill %d after %s: phase %v, %d lines loaded", k, delay, phase, done)
+		if phase.Valid && (phase.Int64 > 0 || done > 0) && phase.Int64 < 3 {
+			midway++
+		}
+		if phase.Valid && phase.Int64 == 3 {
+			// Finished before the kill: start over on a clean run.
+			break
+		}
+	}
+	if midway < 3 {
+		t.Fatalf("%d kills landed in the middle of the import, want 3", midway)
+	}
+	runFeedd(t, bin, args...)
+	if got := importState(t, db); got != want {
+		t.Fatalf("the killed import ends unlike an uninterrupted one: %s", firstDiff(got, want))
+	}
+}
+
+// firstDiff names the first line where got and want differ.
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := range min(len(g), len(w)) {
+		if g[i] != w[i] {
+			return fmt.Sprintf("line %d: got %q, want %q", i+1, g[i], w[i])
+		}
+	}
+	return fmt.Sprintf("got %d lines, want %d", len(g), len(w))
+}
