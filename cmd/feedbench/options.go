@@ -77,6 +77,11 @@ type options struct {
 	ReshardUsers     int // users of the source database
 	ReshardInboxRows int // inbox rows per user there
 
+	// Phase I.
+	ImportUsers   int // users of the generated file
+	ImportFollows int // authors each follows
+	ImportPosts   int // posts each publishes
+
 	deepOptions // phase P
 
 	InboxEngine string // the service's FEED_INBOX_ENGINE
@@ -127,6 +132,9 @@ func defaultOptions() options {
 		SteadyTurnovers:  2,
 		ReshardUsers:     3000,
 		ReshardInboxRows: 100,
+		ImportUsers:      20000,
+		ImportFollows:    50,
+		ImportPosts:      30,
 		Streams:          2000,
 		StreamIdle:       10 * time.Second,
 		StreamPosts:      200,
@@ -158,6 +166,9 @@ var quickSizes = map[string]string{
 	"slices":             "2",
 	"reshard-users":      "100",
 	"reshard-inbox-rows": "10",
+	"import-users":       "300",
+	"import-follows":     "10",
+	"import-posts":       "5",
 	"streams":            "20",
 	"stream-idle":        "500ms",
 	"stream-posts":       "3",
@@ -213,6 +224,9 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.SteadyTurnovers, "steady-turnovers", o.SteadyTurnovers, "D: times fan-out replaces every inbox after filling it")
 	fs.IntVar(&o.ReshardUsers, "reshard-users", o.ReshardUsers, "R: users of the source database, each following the loaded rows' authors")
 	fs.IntVar(&o.ReshardInboxRows, "reshard-inbox-rows", o.ReshardInboxRows, "R: inbox rows loaded per user of the source database (and posts per author)")
+	fs.IntVar(&o.ImportUsers, "import-users", o.ImportUsers, "I: users of the generated import file")
+	fs.IntVar(&o.ImportFollows, "import-follows", o.ImportFollows, "I: authors each of them follows")
+	fs.IntVar(&o.ImportPosts, "import-posts", o.ImportPosts, "I: posts each of them publishes")
 	fs.IntVar(&o.Streams, "streams", o.Streams, "S: feed streams open at once")
 	fs.DurationVar(&o.StreamIdle, "stream-idle", o.StreamIdle, "S: how long the open streams' idle cost is measured")
 	fs.IntVar(&o.StreamPosts, "stream-posts", o.StreamPosts, "S: posts timed from publish to their stream event")
@@ -278,6 +292,8 @@ func (o options) validate() error {
 		return fmt.Errorf("-duration must be > 0 and -warmup >= 0")
 	case o.ReshardUsers < 1 || o.ReshardInboxRows < 1:
 		return fmt.Errorf("-reshard-users and -reshard-inbox-rows must be >= 1")
+	case o.ImportUsers < 2 || o.ImportFollows < 1 || o.ImportFollows >= o.ImportUsers || o.ImportPosts < 0:
+		return fmt.Errorf("-import-users must be >= 2, -import-follows in 1..-import-users-1, -import-posts >= 0")
 	case strings.Trim(o.Phases, phaseLetters()) != "":
 		return fmt.Errorf("-phases takes letters of %s, got %q", phaseLetters(), o.Phases)
 	case o.SteadyUsers < 1 || o.SteadyLimit < 1 || o.SteadyFollows < 1 || o.SteadyFollows > o.SteadyAuthors || o.SteadyTurnovers < 1:

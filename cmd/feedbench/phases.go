@@ -32,8 +32,8 @@ type phase struct {
 // first footprint on the freshly loaded inbox, C before fan-out trims any
 // inbox, P (on readers of its own) while the server is at rest, S on the
 // loaded users' own feeds, L on hosts and viewers of its own, A on full
-// inboxes, B and M after them, the rest of D on what they all wrote. R, on
-// databases of its own, goes last; run alone it needs no loaded inboxes.
+// inboxes, B and M after them, the rest of D on what they all wrote. R and I, on
+// databases of their own, go last; run alone they need no loaded inboxes.
 // The report orders its sections for the reader (report.render).
 var phases = []phase{
 	{letter: 'C', name: "Feed read throughput", measures: "feed pages/s over HTTP and in-process vs a raw prepared keyset SELECT, for inbox-only, pull, filtering and muting readers",
@@ -55,6 +55,8 @@ var phases = []phase{
 	{letter: 'R', name: "Reshard copy rate", measures: "store/reshard's copy of half the virtual shards to a second database vs raw INSERT … SELECT, on databases of its own",
 		targets: []string{"bench"}, run: (*bench).resharding,
 		notOnTiDB: "store/reshard fences stale writers with triggers, which TiDB does not have"},
+	{letter: 'I', name: "Bulk import", measures: "records/s of feedd import's service.Import into an empty database vs LOAD DATA of the same following, followers, posts and inbox rows",
+		targets: []string{"bench"}, run: (*bench).importing},
 }
 
 // phaseLetters are the letters of every phase, in alphabetical order.

@@ -181,6 +181,7 @@ type report struct {
 	Footprints []footprintResult
 	Steady     *steadyResult
 	Reshard    *reshardResult
+	Import     *importResult
 	Streams    *streamResult
 	Deep       *deepResult
 	Live       *liveResult
@@ -277,6 +278,7 @@ func (r *report) render(w *bytes.Buffer) {
 	r.renderLive(p)
 	r.renderFootprint(p)
 	r.renderReshard(p)
+	r.renderImport(p)
 }
 
 func (r *report) renderFanout(p func(string, ...any)) {
