@@ -154,7 +154,13 @@ func (s *Store) LoadImport(ctx context.Context, id uint64, recs []ImportRecord, 
 		}
 		j.rows = append(j.rows, row)
 	}
-	mark := func(kind int, who uint64) { add(s.ShardOf(who), importMarksHead, 3, "", id, kind, who) }
+	marked := map[[2]uint64]bool{}
+	mark := func(kind int, who uint64) {
+		if k := [2]uint64{uint64(kind), who}; !marked[k] {
+			marked[k] = true
+			add(s.ShardOf(who), importMarksHead, 3, "", id, kind, who)
+		}
+	}
 	for _, r := range recs {
 		switch r.Type {
 		case feed.RecordFollow:
@@ -375,12 +381,10 @@ func (s *Store) SettleImportAuthors(ctx context.Context, sh *Shard, id uint64, p
 			return 0, wrap("settle import authors", err)
 		}
 	}
-	for _, a := range published {
-		if err := s.markFollowers(ctx, id, a); err != nil {
+	if len(published) > 0 {
+		if err := s.markFollowers(ctx, id, published); err != nil {
 			return 0, wrap("settle import authors", err)
 		}
-	}
-	if len(published) > 0 {
 		if err := execIn(ctx, sh.pool(ctx), deleteMarkSQL, id, markPublished, published); err != nil {
 			return 0, wrap("settle import authors", err)
 		}
@@ -416,27 +420,44 @@ func countImported(ctx context.Context, tx *sqlx.Tx, id uint64, authors []uint64
 	return execIn(ctx, tx, deleteMarkSQL, id, markFollowed, authors)
 }
 
-// markFollowers marks the author and each of its followers, on their own
-// databases, as users to settle.
-func (s *Store) markFollowers(ctx context.Context, id, author uint64) error {
-	if _, err := s.ShardOf(author).pool(ctx).ExecContext(ctx, importMarksHead+` VALUES (?, ?, ?)`, id, markUser, author); err != nil {
-		return err
+// edgesOfAuthorsSQL pages the follow edges of a few authors in (author,
+// user) order.
+const edgesOfAuthorsSQL = `SELECT author_id, user_id FROM following WHERE author_id IN (?)
+AND (author_id > ? OR (author_id = ? AND user_id > ?)) ORDER BY author_id, user_id LIMIT ?`
+
+// edgesOfAuthorsPage bounds the edges one page of edgesOfAuthorsSQL reads.
+const edgesOfAuthorsPage = 5000
+
+// markFollowers marks the authors and each of their followers, on their
+// own databases, as users to settle.
+func (s *Store) markFollowers(ctx context.Context, id uint64, authors []uint64) error {
+	for sh, part := range s.groupByShard(authors) {
+		if _, err := sqlconn.InsertRows(ctx, sh.pool(ctx), importMarksHead, 3, "", len(part), func(i int) []any {
+			return []any{id, markUser, part[i]}
+		}); err != nil {
+			return err
+		}
 	}
 	for _, sh := range s.shards {
-		for after := uint64(0); ; {
-			var users []uint64
-			if err := sqlx.SelectContext(ctx, sh.pool(ctx), &users, followersOfSQL, author, after, 1000); err != nil {
+		var after [2]uint64
+		for {
+			var edges []struct {
+				AuthorID uint64 `db:"author_id"`
+				UserID   uint64 `db:"user_id"`
+			}
+			if err := selectIn(ctx, sh.pool(ctx), &edges, edgesOfAuthorsSQL, authors, after[0], after[0], after[1], edgesOfAuthorsPage); err != nil {
 				return err
 			}
-			if _, err := sqlconn.InsertRows(ctx, sh.pool(ctx), importMarksHead, 3, "", len(users), func(i int) []any {
-				return []any{id, markUser, users[i]}
+			if _, err := sqlconn.InsertRows(ctx, sh.pool(ctx), importMarksHead, 3, "", len(edges), func(i int) []any {
+				return []any{id, markUser, edges[i].UserID}
 			}); err != nil {
 				return err
 			}
-			if len(users) < 1000 {
+			if len(edges) < edgesOfAuthorsPage {
 				break
 			}
-			after = users[len(users)-1]
+			last := edges[len(edges)-1]
+			after = [2]uint64{last.AuthorID, last.UserID}
 		}
 	}
 	return nil
@@ -656,6 +677,11 @@ func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, li
 			return nil, 0, err
 		}
 	}
+	// Only inboxes that held entries before can rank this copy out.
+	var held []uint64
+	if err := selectIn(ctx, tx, &held, heldSQL(len(users)), anys(users)...); err != nil {
+		return nil, 0, err
+	}
 	copied := map[uint64][]feed.Post{}
 	floors := map[uint64]feed.Key{}
 	var rows []InboxRow
@@ -679,7 +705,7 @@ func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, li
 	// Trim to the limit and raise the floors: to the oldest copy of a user
 	// with more posts than fit, or higher if entries already there rank it
 	// out.
-	cuts, err := inboxCuts(ctx, tx, users, limit)
+	cuts, err := inboxCuts(ctx, tx, held, limit)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -695,6 +721,22 @@ func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, li
 		return nil, 0, err
 	}
 	return copied, n, execIn(ctx, tx, deleteMarkSQL, id, markUser, users)
+}
+
+// heldPartSQL finds whether a user's inbox holds an entry, reading one.
+const heldPartSQL = `(SELECT user_id FROM inbox WHERE user_id = ? AND publish_time < 9223372036854775807 LIMIT 1)`
+
+// heldSQL asks which of n users' inboxes hold entries.
+func heldSQL(n int) string {
+	return strings.Repeat(heldPartSQL+" UNION ALL ", n-1) + heldPartSQL
+}
+
+func anys(ids []uint64) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
 }
 
 // mergeNewestPosts merges lists sorted newest first into the newest limit

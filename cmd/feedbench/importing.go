@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
@@ -35,8 +36,49 @@ type importResult struct {
 	Bytes                    int64 // of the file
 	Check                    time.Duration
 	Import                   time.Duration // the write and settle passes
+	Stages                   []stageTime   // Import's stages, in order
 	Copied                   int64         // inbox entries the import wrote
 	Tables                   []ceilingTable
+}
+
+// stageTime is how long a stage of the import took: from its first
+// progress report (the load's: from the import's start) to the next
+// stage's first.
+type stageTime struct {
+	Stage service.ImportStage
+	Time  time.Duration
+}
+
+// stageClock records when each stage of an import first reported.
+type stageClock struct {
+	mu     sync.Mutex
+	starts []time.Time
+	stages []service.ImportStage
+}
+
+func (c *stageClock) report(p service.ImportProgress) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n := len(c.stages); n == 0 || c.stages[n-1] != p.Stage {
+		c.stages, c.starts = append(c.stages, p.Stage), append(c.starts, time.Now())
+	}
+}
+
+// times returns each stage's duration, the first from start, the last to
+// end.
+func (c *stageClock) times(start, end time.Time) []stageTime {
+	out := make([]stageTime, len(c.stages))
+	for i, st := range c.stages {
+		from, to := start, end
+		if i > 0 {
+			from = c.starts[i]
+		}
+		if i+1 < len(c.starts) {
+			to = c.starts[i+1]
+		}
+		out[i] = stageTime{Stage: st, Time: to.Sub(from)}
+	}
+	return out
 }
 
 // ceilingTable is one table's LOAD DATA.
@@ -114,12 +156,13 @@ func (b *bench) importing(ctx context.Context) (err error) {
 	res.Check, res.Records = time.Since(start), check.Valid()
 	b.log.Info("feedbench: I file checked", "records", res.Records, "seconds", res.Check.Seconds())
 	start = time.Now()
-	rep, err := svc.Import(ctx, check, open, service.ImportOptions{})
+	clock := &stageClock{}
+	rep, err := svc.Import(ctx, check, open, service.ImportOptions{Progress: clock.report})
 	if err != nil {
 		return err
 	}
-	res.Import, res.Copied = time.Since(start), rep.Copied
-	b.log.Info("feedbench: I imported", "records", res.Records, "inbox_rows", res.Copied, "seconds", res.Import.Seconds())
+	res.Import, res.Copied, res.Stages = time.Since(start), rep.Copied, clock.times(start, time.Now())
+	b.log.Info("feedbench: I imported", "records", res.Records, "inbox_rows", res.Copied, "seconds", res.Import.Seconds(), "stages", fmt.Sprint(res.Stages))
 	if res.Tables, err = b.loadDataCeiling(ctx, dir, impName, ceilName); err != nil {
 		return err
 	}
@@ -283,6 +326,9 @@ func (r *report) renderImport(p func(string, ...any)) {
 	p("| check pass: every line parsed and checked, the file hashed | — | %.2f | — | %s |", x.Check.Seconds(), count(int(rate(x.Records, x.Check))))
 	p("| **import**: load, settle authors, settle users (%s inbox entries) | %s | %.2f | %s | **%s** |",
 		count(int(x.Copied)), count(int(ceilRows)), x.Import.Seconds(), count(int(rate(ceilRows, x.Import))), count(int(rate(x.Records, x.Import))))
+	for _, st := range x.Stages {
+		p("| import stage %s | — | %.2f | — | — |", st.Stage, st.Time.Seconds())
+	}
 	for _, t := range x.Tables {
 		p("| ceiling: `LOAD DATA` into `%s` | %s | %.2f | %s | — |", t.Name, count(int(t.Rows)), t.Time.Seconds(), count(int(rate(t.Rows, t.Time))))
 	}
