@@ -69,9 +69,19 @@ const getImportSQL = `SELECT import_id, phase, line_count, lines_done FROM impor
 // record of an earlier run of the same file, and returns it. A finished
 // import starts over: its records are all written, so a new run changes
 // nothing but settles again.
+//
+// Returns EUNAVAILABLE while a reshard is under way: its copy would miss
+// rows the import writes to the databases it reads.
 func (s *Store) StartImport(ctx context.Context, id uint64, lines, now int64) (ImportProgress, error) {
-	db := s.ShardOf(id).pool(ctx)
 	var p ImportProgress
+	for _, sh := range s.shards {
+		if layout, err := ReshardUnderWay(ctx, sh.pool(ctx)); err != nil {
+			return p, err
+		} else if layout != "" {
+			return p, feed.Errorf(feed.EUNAVAILABLE, "a reshard is under way on %s: import once it is finished", sh.Name)
+		}
+	}
+	db := s.ShardOf(id).pool(ctx)
 	if _, err := db.ExecContext(ctx, startImportSQL, id, lines, now, now); err != nil {
 		return p, wrap("start import", err)
 	}
