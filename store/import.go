@@ -70,8 +70,8 @@ const getImportSQL = `SELECT import_id, phase, line_count, lines_done FROM impor
 // import starts over: its records are all written, so a new run changes
 // nothing but settles again.
 //
-// Returns EUNAVAILABLE while a reshard is under way: its copy would miss
-// rows the import writes to the databases it reads.
+// Returns EUNAVAILABLE while a reshard is under way: an import's batches
+// are many and long, and the cut-over would fence them half-way.
 func (s *Store) StartImport(ctx context.Context, id uint64, lines, now int64) (ImportProgress, error) {
 	var p ImportProgress
 	for _, sh := range s.shards {
