@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,9 @@ import (
 	"time"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store"
+	"github.com/feedhq/feed/store/shardmap"
+	"github.com/feedhq/feed/store/storetest"
 )
 
 // importFile writes a deployment of users 1..users as an import file:
@@ -148,4 +152,48 @@ func firstDiff(got, want string) string {
 		}
 	}
 	return fmt.Sprintf("got %d lines, want %d", len(g), len(w))
+}
+
+// TestImportCommand runs feedd import in-process: a file with an invalid
+// line is refused, naming it, with nothing written; --skip-invalid writes
+// the rest; standard input is read with -.
+func TestImportCommand(t *testing.T) {
+	t.Parallel()
+	dsn := storetest.DatabaseDSN(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "app.jsonl")
+	file := `{"type":"follow","user_id":"1","author_id":"2"}
+{"type":"post","author_id":"2","content_id":"10","publish_time":1700000000000}
+{"type":"mute","user_id":"1","author_id":"1"}
+`
+	if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) (string, error) {
+		m := NewMain()
+		out := &syncBuffer{}
+		m.Stderr = out
+		if err := m.ParseFlags(append(withEngine(t, []string{"import", "--mysql-dsn", dsn}), args...)); err != nil {
+			return out.String(), err
+		}
+		defer m.Close()
+		return out.String(), m.Run(context.Background())
+	}
+	out, err := run(path)
+	if err == nil || !strings.Contains(err.Error(), "line 3: user_id and author_id must differ") {
+		t.Fatalf("import of a file with an invalid line: %v, want it refused naming line 3\n%s", err, out)
+	}
+	st := openStore(t, shardmap.Single(dsn))
+	if posts, err := st.ListPosts(context.Background(), 2, store.Top, 10); err != nil || len(posts) != 0 {
+		t.Fatalf("posts after a refused import: %v, %v", posts, err)
+	}
+	if out, err := run("--skip-invalid", path); err != nil {
+		t.Fatalf("import --skip-invalid: %v\n%s", err, out)
+	}
+	if posts, err := st.ListPosts(context.Background(), 2, store.Top, 10); err != nil || len(posts) != 1 {
+		t.Fatalf("posts after import --skip-invalid: %v, %v; want post 10", posts, err)
+	}
+	if _, err := run(); err == nil {
+		t.Fatal("feedd import without a file: no error")
+	}
 }
