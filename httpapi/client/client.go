@@ -250,13 +250,7 @@ func (c *Client) StreamFeed(ctx context.Context, user uint64, sr StreamRequest) 
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
-		var env struct {
-			Error Error `json:"error"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&env)
-		env.Error.Status = resp.StatusCode
-		return nil, &env.Error
+		return nil, responseError(resp)
 	}
 	events := make(chan Event, 64)
 	go func() {
@@ -265,6 +259,41 @@ func (c *Client) StreamFeed(ctx context.Context, user uint64, sr StreamRequest) 
 		readEvents(ctx, resp.Body, events)
 	}()
 	return events, nil
+}
+
+// Export returns the body of the user's export: JSON Lines, one record
+// (feed.ParseRecord reads it) a line, in the format feedd import reads. The
+// caller reads it to the end and closes it; a body cut short by the server
+// ends in an error, not EOF. The client's own timeout does not apply.
+func (c *Client) Export(ctx context.Context, user uint64) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/users/"+strconv.FormatUint(user, 10)+"/export", nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	hc := *c.http
+	hc.Timeout = 0
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, responseError(resp)
+	}
+	return resp.Body, nil
+}
+
+// responseError reads and closes the body of an error response.
+func responseError(resp *http.Response) error {
+	defer resp.Body.Close()
+	var env struct {
+		Error Error `json:"error"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&env)
+	env.Error.Status = resp.StatusCode
+	return &env.Error
 }
 
 // readEvents parses Server-Sent Events of kind item from r into events,
