@@ -24,14 +24,16 @@ import (
 type exportSource struct {
 	table string
 	// first reads the first page: ids in [lo, hi]. next reads the page
-	// after a row: ids up to hi, keys above the row's (exportAfter).
+	// after a row: ids from the row's to hi, keys above the row's
+	// (exportAfter).
 	first, next string
 	scan        func(rows *sql.Rows) (feed.Record, error)
 }
 
 // exportSQL builds a source's statements from its SELECT … FROM, a filter
 // on the rows (or "") and its key columns, the first the user or author id
-// the range is of: the long keyset form, which every server range-scans.
+// the range is of: a range of that id, then the long keyset form, which
+// every server range-scans.
 func exportSQL(selectFrom, filter string, key ...string) (first, next string) {
 	after := key[len(key)-1] + " > ?"
 	for i := len(key) - 2; i >= 0; i-- {
@@ -40,20 +42,21 @@ func exportSQL(selectFrom, filter string, key ...string) (first, next string) {
 	if filter != "" {
 		filter = " AND " + filter
 	}
+	head := selectFrom + " WHERE " + key[0] + " BETWEEN ? AND ?"
 	tail := filter + " ORDER BY " + strings.Join(key, ", ") + " LIMIT ?"
-	return selectFrom + " WHERE " + key[0] + " >= ? AND " + key[0] + " <= ?" + tail,
-		selectFrom + " WHERE " + key[0] + " <= ? AND " + after + tail
+	return head + tail, head + " AND " + after + tail
 }
 
-// exportAfter is the arguments of next that follow the row r was read from.
-func exportAfter(r feed.Record) []any {
+// exportAfter is the arguments of next for the page after the row r was
+// read from, of a range of ids up to hi.
+func exportAfter(r feed.Record, hi uint64) []any {
 	switch r.Type {
 	case feed.RecordPost:
-		return []any{r.AuthorID, r.AuthorID, r.PublishTime, r.PublishTime, r.ContentID}
+		return []any{r.AuthorID, hi, r.AuthorID, r.AuthorID, r.PublishTime, r.PublishTime, r.ContentID}
 	case feed.RecordMarker:
-		return []any{r.UserID}
+		return []any{r.UserID, hi, r.UserID}
 	}
-	return []any{r.UserID, r.UserID, r.AuthorID}
+	return []any{r.UserID, hi, r.UserID, r.UserID, r.AuthorID}
 }
 
 // exportOwner is the id whose database owns r's row.
@@ -157,7 +160,7 @@ func (s *Store) Export(ctx context.Context, sh *Shard, typ string, lo, hi uint64
 		if n < pageSize {
 			return nil
 		}
-		query, args = src.next, append([]any{hi}, exportAfter(last)...)
+		query, args = src.next, exportAfter(last, hi)
 	}
 }
 

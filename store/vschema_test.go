@@ -111,6 +111,7 @@ var scatters = []struct{ contains, why string }{
 	{"backdates", "backdate counter row, one per database"},
 	{"goose_db_version", "migration bookkeeping"},
 	{"FROM inbox LIMIT 1", "inbox engine conversion: whether a database's inbox holds rows"},
+	{"_id BETWEEN ? AND ?", "feedd export: a range of user or author ids, one database's share here, every shard's on Vitess"},
 }
 
 var tableRefRE = regexp.MustCompile("(?i)\\b(?:FROM|JOIN|INTO|UPDATE)\\s+`?(\\w+)`?(?:\\s+(?:AS\\s+)?(\\w+))?")

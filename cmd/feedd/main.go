@@ -1,5 +1,6 @@
 // Command feedd runs the feed service: `feedd serve` (HTTP API and fan-out
-// workers) and `feedd migrate` (schema on every shard).
+// workers), `feedd migrate` (schema on every shard), `feedd reshard` and
+// `feedd export` (records as JSON Lines).
 package main
 
 import (
@@ -63,6 +64,7 @@ type Main struct {
 	Command string
 	Config  Config
 	Reshard reshardConfig
+	Export  exportConfig
 	Stderr  io.Writer
 	Log     *slog.Logger
 
@@ -89,13 +91,14 @@ commands:
   serve    run the HTTP API and the fan-out workers
   migrate  apply the schema migrations to every shard
   reshard  move virtual shards between databases (feedd reshard -h)
+  export   write every record, or those of a range of users, as JSON Lines
 
 Every flag has an environment variable FEED_<FLAG> (e.g. FEED_MYSQL_DSN);
 run "feedd serve -h" for the flags.`
 
 // ParseFlags reads the command, then the environment and flags.
 func (m *Main) ParseFlags(args []string) error {
-	if len(args) == 0 || (args[0] != "serve" && args[0] != "migrate" && args[0] != "reshard") {
+	if len(args) == 0 || (args[0] != "serve" && args[0] != "migrate" && args[0] != "reshard" && args[0] != "export") {
 		fmt.Fprintln(m.Stderr, usage)
 		return flag.ErrHelp
 	}
@@ -104,7 +107,11 @@ func (m *Main) ParseFlags(args []string) error {
 		m.Log = newLogger(m.Stderr, m.Config.LogFormat, m.Config.LogLevel)
 		return m.Reshard.parse(args[1:], m.Stderr)
 	}
-	if err := m.Config.parse("feedd "+m.Command, args[1:], m.Stderr); err != nil {
+	var more []func(*flag.FlagSet)
+	if m.Command == "export" {
+		more = append(more, m.Export.register)
+	}
+	if err := m.Config.parse("feedd "+m.Command, args[1:], m.Stderr, more...); err != nil {
 		return err
 	}
 	if m.Command == "serve" && !m.Config.API && !m.Config.Workers {
@@ -155,6 +162,9 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.store = st
+	if m.Command == "export" {
+		return m.export(ctx)
+	}
 	switch {
 	case m.Command == "migrate":
 		bar := newRowBar(m.Stderr, true)

@@ -108,11 +108,15 @@ func envName(flagName string) string {
 	return "FEED_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
-// parse applies environment variables, then the command line.
-func (c *Config) parse(name string, args []string, stderr io.Writer) error {
+// parse applies environment variables, then the command line. more
+// registers a command's own flags beside the settings.
+func (c *Config) parse(name string, args []string, stderr io.Writer, more ...func(*flag.FlagSet)) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.register(fs)
+	for _, reg := range more {
+		reg(fs)
+	}
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
 		if v, ok := os.LookupEnv(envName(f.Name)); ok && envErr == nil {
