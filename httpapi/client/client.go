@@ -243,14 +243,9 @@ func (c *Client) StreamFeed(ctx context.Context, user uint64, sr StreamRequest) 
 	if sr.LastEventID != "" {
 		req.Header.Set("Last-Event-ID", sr.LastEventID)
 	}
-	hc := *c.http
-	hc.Timeout = 0
-	resp, err := hc.Do(req)
+	resp, err := c.untimed(req)
 	if err != nil {
 		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, responseError(resp)
 	}
 	events := make(chan Event, 64)
 	go func() {
@@ -273,6 +268,16 @@ func (c *Client) Export(ctx context.Context, user uint64) (io.ReadCloser, error)
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	resp, err := c.untimed(req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// untimed sends req without the client's timeout, which would cut a long
+// body short, and returns a 200 response; another status is an *Error.
+func (c *Client) untimed(req *http.Request) (*http.Response, error) {
 	hc := *c.http
 	hc.Timeout = 0
 	resp, err := hc.Do(req)
@@ -280,20 +285,15 @@ func (c *Client) Export(ctx context.Context, user uint64) (io.ReadCloser, error)
 		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, responseError(resp)
+		defer resp.Body.Close()
+		var env struct {
+			Error Error `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&env)
+		env.Error.Status = resp.StatusCode
+		return nil, &env.Error
 	}
-	return resp.Body, nil
-}
-
-// responseError reads and closes the body of an error response.
-func responseError(resp *http.Response) error {
-	defer resp.Body.Close()
-	var env struct {
-		Error Error `json:"error"`
-	}
-	_ = json.NewDecoder(resp.Body).Decode(&env)
-	env.Error.Status = resp.StatusCode
-	return &env.Error
+	return resp, nil
 }
 
 // readEvents parses Server-Sent Events of kind item from r into events,
