@@ -109,13 +109,13 @@ func envName(flagName string) string {
 }
 
 // parse applies environment variables, then the command line. more
-// registers a command's own flags beside the settings.
+// registers a command's flags of its own.
 func (c *Config) parse(name string, args []string, stderr io.Writer, more ...func(*flag.FlagSet)) error {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c.register(fs)
-	for _, reg := range more {
-		reg(fs)
+	for _, f := range more {
+		f(fs)
 	}
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
