@@ -25,8 +25,10 @@ func (a *api) exportUser(c echo.Context) error {
 		return err
 	}
 	res := c.Response()
-	res.Header().Set(echo.HeaderContentType, "application/x-ndjson")
+	// Set when the answer is records, not before: an error's body is JSON.
+	ndjson := func() { res.Header().Set(echo.HeaderContentType, "application/x-ndjson") }
 	if c.Request().Method == http.MethodHead {
+		ndjson()
 		return c.NoContent(http.StatusOK)
 	}
 	rc := http.NewResponseController(res.Writer)
@@ -41,6 +43,7 @@ func (a *api) exportUser(c echo.Context) error {
 			return err
 		}
 		if !res.Committed {
+			ndjson()
 			res.WriteHeader(http.StatusOK)
 		}
 		if _, err := res.Write(buf); err != nil {
@@ -50,6 +53,7 @@ func (a *api) exportUser(c echo.Context) error {
 	})
 	switch {
 	case err == nil && !res.Committed:
+		ndjson()
 		return c.NoContent(http.StatusOK)
 	case err != nil && res.Committed:
 		if c.Request().Context().Err() == nil {

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/httpapi"
 	"github.com/feedhq/feed/httpapi/client"
 	"github.com/feedhq/feed/internal/wait"
 )
@@ -118,4 +120,10 @@ func TestExportRoute(t *testing.T) {
 	if _, err := c.Export(t.Context(), 0); err == nil || !strings.Contains(err.Error(), "invalid_argument") {
 		t.Errorf("client export of user 0: %v", err)
 	}
+
+	// A page read past the read deadline before the first line is a 503.
+	slow := &env{svc: v.svc, st: v.st, srv: httptest.NewServer(httpapi.New(v.svc, httpapi.Options{ReadDeadline: time.Nanosecond}))}
+	t.Cleanup(slow.srv.Close)
+	r = slow.do(t, http.MethodGet, "/v1/users/"+u(user)+"/export", "")
+	wantError(t, r, http.StatusServiceUnavailable, "unavailable")
 }
