@@ -71,7 +71,7 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 		e.Use(requireToken("/v1", opt.Token, streamRoute))
 	}
 	e.Use(limitBody)
-	e.Use(withDeadline(opt.ReadDeadline, opt.WriteDeadline, streamRoute))
+	e.Use(withDeadline(opt.ReadDeadline, opt.WriteDeadline, streamRoute, exportRoute))
 
 	get(e, "/healthz", a.healthz)
 	get(e, "/readyz", a.readyz)
@@ -103,6 +103,7 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	v1.POST("/users/:id/streams/:stream_id/start", a.startStream)
 	v1.POST("/users/:id/streams/:stream_id/end", a.endStream)
 	get(v1, "/users/:id/live", a.getLive)
+	get(v1, "/users/:id/export", a.exportUser)
 	return e
 }
 

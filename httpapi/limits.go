@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -36,12 +37,13 @@ const statusClientClosed = 499
 
 // withDeadline runs each request under the deadline of its kind. Statements
 // past it are killed on the server (store/sqlconn's Connector) and the client
-// gets 503 with Retry-After (handleError). The route long, a stream, has
-// no deadline of its own: each of its reads and writes gets one.
-func withDeadline(read, write time.Duration, long string) echo.MiddlewareFunc {
+// gets 503 with Retry-After (handleError). The long routes, a stream and
+// an export, have no deadline of their own: each of their reads and writes
+// gets one.
+func withDeadline(read, write time.Duration, long ...string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if c.Path() == long {
+			if slices.Contains(long, c.Path()) {
 				return next(c)
 			}
 			d := write

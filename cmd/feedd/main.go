@@ -1,5 +1,6 @@
 // Command feedd runs the feed service: `feedd serve` (HTTP API and fan-out
-// workers) and `feedd migrate` (schema on every shard).
+// workers), `feedd migrate` (schema on every shard), `feedd reshard`, and
+// `feedd import` and `feedd export` (records as JSON Lines).
 package main
 
 import (
@@ -64,6 +65,7 @@ type Main struct {
 	Config  Config
 	Reshard reshardConfig
 	Import  importConfig
+	Export  exportConfig
 	Stderr  io.Writer
 	Log     *slog.Logger
 
@@ -89,15 +91,16 @@ const usage = `usage: feedd <command> [flags]
 commands:
   serve    run the HTTP API and the fan-out workers
   migrate  apply the schema migrations to every shard
-  import   load a JSON Lines file of follows, posts, mutes, hides and markers (feedd import -h)
   reshard  move virtual shards between databases (feedd reshard -h)
+  import   load a JSON Lines file of follows, posts, mutes, hides and markers
+  export   write every record, or those of a range of users, as JSON Lines
 
 Every flag has an environment variable FEED_<FLAG> (e.g. FEED_MYSQL_DSN);
 run "feedd serve -h" for the flags.`
 
 // ParseFlags reads the command, then the environment and flags.
 func (m *Main) ParseFlags(args []string) error {
-	if len(args) == 0 || (args[0] != "serve" && args[0] != "migrate" && args[0] != "reshard" && args[0] != "import") {
+	if len(args) == 0 || (args[0] != "serve" && args[0] != "migrate" && args[0] != "reshard" && args[0] != "import" && args[0] != "export") {
 		fmt.Fprintln(m.Stderr, usage)
 		return flag.ErrHelp
 	}
@@ -107,15 +110,20 @@ func (m *Main) ParseFlags(args []string) error {
 		return m.Reshard.parse(args[1:], m.Stderr)
 	}
 	flags := args[1:]
-	if m.Command == "import" {
+	var more []func(*flag.FlagSet)
+	switch m.Command {
+	case "import":
 		// feedd import [flags] FILE
 		if len(flags) == 0 || (strings.HasPrefix(flags[len(flags)-1], "-") && flags[len(flags)-1] != "-") {
 			fmt.Fprintln(m.Stderr, "usage: feedd import [flags] FILE (- for standard input)")
 			return flag.ErrHelp
 		}
 		m.Import.File, flags = flags[len(flags)-1], flags[:len(flags)-1]
+		more = append(more, m.Import.register)
+	case "export":
+		more = append(more, m.Export.register)
 	}
-	if err := m.Config.parse("feedd "+m.Command, flags, m.Stderr, m.Import.register); err != nil {
+	if err := m.Config.parse("feedd "+m.Command, flags, m.Stderr, more...); err != nil {
 		return err
 	}
 	if m.Command == "serve" && !m.Config.API && !m.Config.Workers {
@@ -166,6 +174,9 @@ func (m *Main) Run(ctx context.Context) error {
 		return err
 	}
 	m.store = st
+	if m.Command == "export" {
+		return m.export(ctx)
+	}
 	switch {
 	case m.Command == "migrate":
 		bar := newRowBar(m.Stderr, true)

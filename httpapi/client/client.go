@@ -243,6 +243,41 @@ func (c *Client) StreamFeed(ctx context.Context, user uint64, sr StreamRequest) 
 	if sr.LastEventID != "" {
 		req.Header.Set("Last-Event-ID", sr.LastEventID)
 	}
+	resp, err := c.untimed(req)
+	if err != nil {
+		return nil, err
+	}
+	events := make(chan Event, 64)
+	go func() {
+		defer close(events)
+		defer resp.Body.Close()
+		readEvents(ctx, resp.Body, events)
+	}()
+	return events, nil
+}
+
+// Export returns the body of the user's export: JSON Lines, one record
+// (feed.ParseRecord reads it) a line, in the format feedd import reads. The
+// caller reads it to the end and closes it; a body cut short by the server
+// ends in an error, not EOF. The client's own timeout does not apply.
+func (c *Client) Export(ctx context.Context, user uint64) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/v1/users/"+strconv.FormatUint(user, 10)+"/export", nil)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.untimed(req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// untimed sends req without the client's timeout, which would cut a long
+// body short, and returns a 200 response; another status is an *Error.
+func (c *Client) untimed(req *http.Request) (*http.Response, error) {
 	hc := *c.http
 	hc.Timeout = 0
 	resp, err := hc.Do(req)
@@ -258,13 +293,7 @@ func (c *Client) StreamFeed(ctx context.Context, user uint64, sr StreamRequest) 
 		env.Error.Status = resp.StatusCode
 		return nil, &env.Error
 	}
-	events := make(chan Event, 64)
-	go func() {
-		defer close(events)
-		defer resp.Body.Close()
-		readEvents(ctx, resp.Body, events)
-	}()
-	return events, nil
+	return resp, nil
 }
 
 // readEvents parses Server-Sent Events of kind item from r into events,

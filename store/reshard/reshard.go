@@ -46,6 +46,8 @@ var Keyed = []KeyedTable{
 	{"replay_floors", "user_id"},
 	{"live_sessions", "user_id"},
 	{"content_ids", "content_id"},
+	{"imports", "import_id"},
+	{"import_marks", "id"},
 }
 
 // Move is a run of virtual shards that changes database.
