@@ -123,9 +123,12 @@ type ImportProgress struct {
 
 // ImportReport is what an import did.
 type ImportReport struct {
-	Resumed   bool                   // an earlier run of the file had made progress
-	Conflicts []store.ImportConflict // post records refused: the content id names another post
-	Copied    int64                  // inbox entries written
+	Resumed bool // an earlier run of the file had made progress
+	// Conflicts lists the first maxInvalidListed post records refused
+	// because the content id names another post; Refused counts them all.
+	Conflicts []store.ImportConflict
+	Refused   int64
+	Copied    int64 // inbox entries written
 	Elapsed   time.Duration
 }
 
@@ -176,7 +179,7 @@ func (s *Service) Import(ctx context.Context, check ImportCheck, open func() (io
 	}
 	rep.Resumed = p.Phase > store.ImportLoading || p.LinesDone > 0
 	if p.Phase == store.ImportLoading {
-		if rep.Conflicts, err = s.loadImport(ctx, &p, open, progress); err != nil {
+		if err := s.loadImport(ctx, &p, open, progress, &rep); err != nil {
 			return rep, err
 		}
 		if err := s.advanceImport(ctx, &p, store.ImportSettlingAuthors); err != nil {
@@ -209,10 +212,10 @@ func (s *Service) advanceImport(ctx context.Context, p *store.ImportProgress, ph
 // loadImport writes the records of the lines after p.LinesDone, a batch
 // at a time, recording each batch's end once it is written. The next
 // batch is read while one is written.
-func (s *Service) loadImport(ctx context.Context, p *store.ImportProgress, open func() (io.ReadCloser, error), progress func(ImportProgress)) ([]store.ImportConflict, error) {
+func (s *Service) loadImport(ctx context.Context, p *store.ImportProgress, open func() (io.ReadCloser, error), progress func(ImportProgress), rep *ImportReport) error {
 	f, err := open()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
 	type batch struct {
@@ -258,14 +261,14 @@ func (s *Service) loadImport(ctx context.Context, p *store.ImportProgress, open 
 		}
 		return nil
 	})
-	var conflicts []store.ImportConflict
 	g.Go(func() error {
 		for b := range batches {
 			c, err := s.store.LoadImport(gctx, p.ID, b.recs, s.now().UnixMilli())
 			if err != nil {
 				return err
 			}
-			conflicts = append(conflicts, c...)
+			rep.Refused += int64(len(c))
+			rep.Conflicts = append(rep.Conflicts, c[:min(len(c), maxInvalidListed-len(rep.Conflicts))]...)
 			p.LinesDone = b.end
 			if err := s.store.AdvanceImport(gctx, *p, s.now().UnixMilli()); err != nil {
 				return err
@@ -274,7 +277,7 @@ func (s *Service) loadImport(ctx context.Context, p *store.ImportProgress, open 
 		}
 		return nil
 	})
-	return conflicts, g.Wait()
+	return g.Wait()
 }
 
 // settleImportAuthors runs the second phase on every database at once.

@@ -258,3 +258,39 @@ func TestImportOnline(t *testing.T) {
 	}
 	checkImported(t, h, d, "imported online")
 }
+
+// TestImportConflicts: a post record whose content id names another post
+// (another author's, or the same author's with other fields) is skipped
+// and reported by line, the stored post left alone, as the API answers 409.
+func TestImportConflicts(t *testing.T) {
+	t.Parallel()
+	for _, shards := range []int{1, 2} {
+		h := newHarness(t, harnessOpts{shards: shards})
+		h.publish(t, 5, 10, 1700000000000)
+		h.publish(t, 2, 11, 1700000000000)
+		file := []byte(`{"type":"post","author_id":"2","content_id":"10","publish_time":1700000000000}
+{"type":"post","author_id":"2","content_id":"11","publish_time":1700000009999}
+{"type":"post","author_id":"2","content_id":"12","publish_time":1700000000000}
+`)
+		_, rep, err := runImport(t, h.svc, file, service.ImportOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := []int64{}
+		for _, c := range rep.Conflicts {
+			lines = append(lines, c.Line)
+		}
+		slices.Sort(lines)
+		if rep.Refused != 2 || !slices.Equal(lines, []int64{1, 2}) {
+			t.Fatalf("%d shards: refused %d, lines %v; want lines 1 and 2", shards, rep.Refused, lines)
+		}
+		posts, err := h.store.ListPosts(context.Background(), 2, store.Top, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []feed.Post{{ContentID: 12, AuthorID: 2, PublishTime: 1700000000000, Kind: feed.KindPost}, {ContentID: 11, AuthorID: 2, PublishTime: 1700000000000, Kind: feed.KindPost}}
+		if !slices.Equal(posts, want) {
+			t.Fatalf("%d shards: posts of author 2 %+v, want %+v", shards, posts, want)
+		}
+	}
+}

@@ -69,8 +69,11 @@ func (m *Main) runImport(ctx context.Context) error {
 	for _, c := range rep.Conflicts {
 		fmt.Fprintf(m.Stderr, "line %d: content_id %d names another post: skipped\n", c.Line, c.ContentID)
 	}
+	if more := rep.Refused - int64(len(rep.Conflicts)); more > 0 {
+		fmt.Fprintf(m.Stderr, "... and %d more posts skipped\n", more)
+	}
 	fmt.Fprintf(m.Stderr, "import: %s; %d skipped (invalid), %d skipped (content id taken); %d inbox entries; %.1fs, %.0f records/s%s\n",
-		recordCounts(check.Records), check.Bad, len(rep.Conflicts), rep.Copied, rep.Elapsed.Seconds(),
+		recordCounts(check.Records), check.Bad, rep.Refused, rep.Copied, rep.Elapsed.Seconds(),
 		float64(check.Valid())/max(rep.Elapsed.Seconds(), 1e-3), map[bool]string{true: " (resumed)"}[rep.Resumed])
 	return nil
 }
