@@ -309,7 +309,7 @@ func (s *Service) settleImportUsers(ctx context.Context, id uint64, progress fun
 	if err != nil {
 		return 0, err
 	}
-	cache := store.NewOutboxCache(s.cfg.InboxLimit, importCacheBound)
+	cache := store.NewImportCache(s.cfg.InboxLimit, importCacheBound)
 	var done, copied atomic.Int64
 	batches := make(chan []uint64)
 	g, gctx := errgroup.WithContext(ctx)

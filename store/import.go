@@ -473,25 +473,28 @@ func (s *Store) markFollowers(ctx context.Context, id uint64, authors []uint64) 
 	return nil
 }
 
-// OutboxCache holds the newest posts and the mode of the authors an
+// ImportCache holds the newest posts and the mode of the authors an
 // import's users follow, up to a bound on the posts it holds, past which
 // it starts over: settling reads each author once per stretch of users
 // rather than once per follower.
-type OutboxCache struct {
-	mu     sync.Mutex
-	limit  int
-	held   int
-	bound  int
-	posts  map[uint64][]feed.Post
-	modes  map[uint64]int
-	hits   int64
-	misses int64
+type ImportCache struct {
+	mu      sync.Mutex
+	limit   int
+	held    int
+	bound   int
+	authors map[uint64]importedAuthor
 }
 
-// NewOutboxCache returns a cache of each author's newest limit posts,
+// importedAuthor is what settling needs of an author.
+type importedAuthor struct {
+	posts []feed.Post // the newest limit, newest first
+	mode  int         // AuthorPush, AuthorSwitching or AuthorPull
+}
+
+// NewImportCache returns a cache of each author's newest limit posts,
 // holding up to bound posts.
-func NewOutboxCache(limit, bound int) *OutboxCache {
-	return &OutboxCache{limit: limit, bound: bound, posts: map[uint64][]feed.Post{}, modes: map[uint64]int{}}
+func NewImportCache(limit, bound int) *ImportCache {
+	return &ImportCache{limit: limit, bound: bound, authors: map[uint64]importedAuthor{}}
 }
 
 const newestPostsPartSQL = `(SELECT ` + postsInOrder + ` content_id, author_id, publish_time, kind FROM posts
@@ -500,22 +503,26 @@ WHERE author_id = ? AND deleted = 0 ORDER BY publish_time DESC, content_id DESC 
 // outboxChunk bounds the authors one read of newest posts covers.
 const outboxChunk = 32
 
-// fill reads what the cache lacks of the authors.
-func (c *OutboxCache) fill(ctx context.Context, s *Store, authors []uint64) error {
-	c.mu.Lock()
+// get returns the authors' entries, reading those the cache lacks. The
+// map is the caller's: a later reset of the cache leaves it whole.
+func (c *ImportCache) get(ctx context.Context, s *Store, authors []uint64) (map[uint64]importedAuthor, error) {
+	out := make(map[uint64]importedAuthor, len(authors))
 	var missing []uint64
+	c.mu.Lock()
 	for _, a := range authors {
-		if _, ok := c.posts[a]; !ok {
+		if e, ok := c.authors[a]; ok {
+			out[a] = e
+		} else {
 			missing = append(missing, a)
 		}
 	}
 	c.mu.Unlock()
 	if len(missing) == 0 {
-		return nil
+		return out, nil
 	}
 	infos, err := s.AuthorInfos(ctx, missing)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	got := map[uint64][]feed.Post{}
 	for sh, part := range s.groupByShard(missing) {
@@ -528,7 +535,7 @@ func (c *OutboxCache) fill(ctx context.Context, s *Store, authors []uint64) erro
 			}
 			var rows []feed.Post
 			if err := sqlx.SelectContext(ctx, sh.pool(ctx), &rows, strings.Join(parts, " UNION ALL "), args...); err != nil {
-				return wrap("newest posts", err)
+				return nil, wrap("newest posts", err)
 			}
 			for _, p := range rows {
 				got[p.AuthorID] = append(got[p.AuthorID], p)
@@ -538,27 +545,16 @@ func (c *OutboxCache) fill(ctx context.Context, s *Store, authors []uint64) erro
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.held > c.bound {
-		c.posts, c.modes, c.held = map[uint64][]feed.Post{}, map[uint64]int{}, 0
+		c.authors, c.held = map[uint64]importedAuthor{}, 0
 	}
 	for _, a := range missing {
 		ps := got[a]
 		slices.SortFunc(ps, feed.NewestFirst)
-		c.posts[a] = ps
-		c.modes[a] = infos[a].Mode
+		e := importedAuthor{posts: ps, mode: infos[a].Mode}
+		out[a], c.authors[a] = e, e
 		c.held += len(ps)
 	}
-	c.misses += int64(len(missing))
-	c.hits += int64(len(authors) - len(missing))
-	return nil
-}
-
-// get returns the author's newest posts and mode, and whether the cache
-// holds them.
-func (c *OutboxCache) get(author uint64) ([]feed.Post, int, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ps, ok := c.posts[author]
-	return ps, c.modes[author], ok
+	return out, nil
 }
 
 // settleEdge is a following row of a user being settled.
@@ -595,7 +591,7 @@ func (s *Store) NextImportUsers(ctx context.Context, sh *Shard, id, after uint64
 // edges the API added meanwhile are left to their own backfill, and copies
 // of posts deleted meanwhile are taken out after the commit, as a backfill
 // does.
-func (s *Store) SettleImportUsers(ctx context.Context, id uint64, users []uint64, limit int, cache *OutboxCache) (int64, error) {
+func (s *Store) SettleImportUsers(ctx context.Context, id uint64, users []uint64, limit int, cache *ImportCache) (int64, error) {
 	if len(users) == 0 {
 		return 0, nil
 	}
@@ -609,14 +605,15 @@ func (s *Store) SettleImportUsers(ctx context.Context, id uint64, users []uint64
 		authors = append(authors, e.AuthorID)
 	}
 	slices.Sort(authors)
-	if err := cache.fill(ctx, s, slices.Compact(authors)); err != nil {
+	outboxes, err := cache.get(ctx, s, slices.Compact(authors))
+	if err != nil {
 		return 0, wrap("settle import users", err)
 	}
 	var copied map[uint64][]feed.Post
 	var n int64
-	err := sh.inTx(ctx, func(tx *sqlx.Tx) error {
+	err = sh.inTx(ctx, func(tx *sqlx.Tx) error {
 		var err error
-		copied, n, err = settleUsers(ctx, tx, id, users, limit, cache)
+		copied, n, err = settleUsers(ctx, tx, id, users, limit, outboxes)
 		return err
 	})
 	if err != nil {
@@ -626,7 +623,7 @@ func (s *Store) SettleImportUsers(ctx context.Context, id uint64, users []uint64
 }
 
 // settleUsers settles the users in tx and returns what it copied, by user.
-func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, limit int, cache *OutboxCache) (map[uint64][]feed.Post, int64, error) {
+func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, limit int, outboxes map[uint64]importedAuthor) (map[uint64][]feed.Post, int64, error) {
 	if err := ensureHeaders(ctx, tx, users...); err != nil {
 		return nil, 0, err
 	}
@@ -648,9 +645,7 @@ func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, li
 	sources := map[uint64][][]feed.Post{}
 	var pulling []uint64
 	for _, u := range users {
-		if own, _, ok := cache.get(u); ok {
-			sources[u] = append(sources[u], own)
-		}
+		sources[u] = append(sources[u], outboxes[u].posts)
 	}
 	for _, e := range edges {
 		if isFiltered[[2]uint64{e.UserID, e.AuthorID}] {
@@ -667,11 +662,11 @@ func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, li
 		if e.Muted {
 			continue // a lifted filter's own backfill is queued
 		}
-		posts, mode, ok := cache.get(e.AuthorID)
+		author, ok := outboxes[e.AuthorID]
 		if !ok {
 			continue // followed meanwhile through the API: its backfill copies
 		}
-		if mode != AuthorPush {
+		if author.mode != AuthorPush {
 			if e.Pull&PullBelowActive == 0 {
 				if _, err := tx.ExecContext(ctx, markPullEdgeSQL, e.UserID, e.AuthorID); err != nil {
 					return nil, 0, err
@@ -680,7 +675,7 @@ func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, li
 			pulling = append(pulling, e.UserID)
 			continue
 		}
-		sources[e.UserID] = append(sources[e.UserID], posts)
+		sources[e.UserID] = append(sources[e.UserID], author.posts)
 	}
 	if len(pulling) > 0 {
 		if err := execIn(ctx, tx, setPullsUsersSQL, pulling); err != nil {
