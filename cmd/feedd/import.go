@@ -130,7 +130,7 @@ var stageNames = map[service.ImportStage]string{
 }
 
 var stageUnits = map[service.ImportStage]string{
-	service.StageLoad:          "lines",
+	service.StageLoad:          "records",
 	service.StageSettleAuthors: "authors",
 	service.StageSettleUsers:   "users",
 }
