@@ -103,6 +103,8 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	v1.POST("/users/:id/streams/:stream_id/start", a.startStream)
 	v1.POST("/users/:id/streams/:stream_id/end", a.endStream)
 	get(v1, "/users/:id/live", a.getLive)
+	v1.POST("/users/:id/move", a.startMove)
+	get(v1, "/users/:id/move", a.getMove)
 	return e
 }
 
