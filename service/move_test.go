@@ -91,34 +91,28 @@ func (h *harness) userState(t *testing.T, id uint64) userState {
 	}
 	s.Marker = m.Cursor
 	fl, _, err := h.svc.ListFollowing(ctx, id, page)
-	for _, f := range fl {
-		s.Following = append(s.Following, f.AuthorID)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	s.Following = idsOf(t, fl, err, func(f feed.Follow) uint64 { return f.AuthorID })
 	mu, _, err := h.svc.ListMuted(ctx, id, page)
-	for _, m := range mu {
-		s.Muted = append(s.Muted, m.AuthorID)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	s.Muted = idsOf(t, mu, err, func(m feed.Mute) uint64 { return m.AuthorID })
 	hf, _, err := h.svc.ListHiddenFrom(ctx, id, page)
-	for _, m := range hf {
-		s.HiddenFrom = append(s.HiddenFrom, m.UserID)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	s.HiddenFrom = idsOf(t, hf, err, func(m feed.Mute) uint64 { return m.UserID })
 	fr, _, err := h.svc.ListFollowers(ctx, id, page)
-	for _, f := range fr {
-		s.Followers = append(s.Followers, f.UserID)
-	}
+	s.Followers = idsOf(t, fr, err, func(f feed.Follow) uint64 { return f.UserID })
+	return s
+}
+
+// idsOf returns the ids of a page of a list; err, the list's, fails the
+// test.
+func idsOf[T any](t *testing.T, items []T, err error, id func(T) uint64) []uint64 {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	var out []uint64
+	for _, it := range items {
+		out = append(out, id(it))
+	}
+	return out
 }
 
 // waitMoveDone waits until the move of from is done and every follow event
