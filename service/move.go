@@ -154,29 +154,27 @@ func (s *Service) moveBatch(ctx context.Context, job *store.MoveJob) (int64, err
 
 // moveItems gives the new id the follows, mutes and hides of items, the
 // old id's own rows, and returns the batch's progress with the authors
-// moved. Every write is idempotent, so a batch run again after a crash
+// moved. The items go one by one, in author order, so the new id's caps
+// keep the first ones: their writes all wait for the new id's header row
+// anyway. Every write is idempotent, so a batch run again after a crash
 // redoes nothing.
 func (s *Service) moveItems(ctx context.Context, job *store.MoveJob, items []store.MoveItem, step *store.MoveStep) ([]uint64, error) {
 	now := s.now().UnixMilli()
-	outcome := make([]itemOutcome, len(items))
-	err := each(indexes(len(items)), s.cfg.Workers, func(i int) (err error) {
-		outcome[i], err = s.moveItem(ctx, job.To, items[i], now)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
 	var moved []uint64
-	for i, it := range items {
-		switch o := outcome[i]; {
-		case o == itemMoved:
+	for _, it := range items {
+		o, err := s.moveItem(ctx, job.To, it, now)
+		if err != nil {
+			return nil, err
+		}
+		switch o {
+		case itemMoved:
 			moved = append(moved, it.AuthorID)
 			step.Moved++
-		case o == itemSkipped:
+		case itemSkipped:
 			step.Skipped++
 		}
 		if job.Phase == store.MovePhaseMutes && it.Followed {
-			switch outcome[i] {
+			switch o {
 			case itemMoved:
 				step.PairMoved++
 			case itemSkipped:
@@ -293,13 +291,4 @@ func (s *Service) moveReaders(ctx context.Context, job *store.MoveJob) ([]uint64
 		out = append(out, f.UserID)
 	}
 	return out, err
-}
-
-// indexes returns 0, 1, …, n-1.
-func indexes(n int) []int {
-	out := make([]int, n)
-	for i := range out {
-		out[i] = i
-	}
-	return out
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/internal/wait"
+	"github.com/feedhq/feed/service"
 )
 
 // moveFixture is a user with every kind of row a move carries: follows,
@@ -253,5 +254,43 @@ func TestMoveRefusesBadInput(t *testing.T) {
 	}
 	if s := h.userState(t, 1001); !slices.Equal(s.Following, []uint64{11}) {
 		t.Errorf("refused move changed the user: %+v", s)
+	}
+}
+
+func TestMoveLeavesWhatTheNewIDCannotTake(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{configured: func(c *service.Config) { c.MaxFollowing, c.MaxMuted = 4, 1 }})
+	ctx := context.Background()
+	const old, to = 1001, 2002
+	for _, a := range []uint64{11, 12, 16} {
+		h.follow(t, to, a)
+	}
+	if err := h.svc.Mute(ctx, to, 19, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []uint64{11, 13, 14, 15} {
+		h.follow(t, old, a)
+	}
+	if err := h.svc.Mute(ctx, old, 15, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.svc.Move(ctx, old, to); err != nil {
+		t.Fatal(err)
+	}
+	m := h.waitMoveDone(t, old)
+	// The mute of 15 does not fit (to mutes one author already), so 15
+	// stays with old, follow and mute; 11 is followed already; 13 fits;
+	// 14 does not (to follows 4 then): the items go in author order.
+	if want := (feed.MoveCount{Moved: 2, Skipped: 2, Total: 4}); m.Follows != want {
+		t.Errorf("follows %+v, want %+v", m.Follows, want)
+	}
+	if want := (feed.MoveCount{Moved: 0, Skipped: 1, Total: 1}); m.Mutes != want {
+		t.Errorf("mutes %+v, want %+v", m.Mutes, want)
+	}
+	if s := h.userState(t, to); !slices.Equal(s.Following, []uint64{11, 12, 13, 16}) || !slices.Equal(s.Muted, []uint64{19}) {
+		t.Errorf("new id follows %v and mutes %v", s.Following, s.Muted)
+	}
+	if s := h.userState(t, old); !slices.Equal(s.Following, []uint64{14, 15}) || !slices.Equal(s.Muted, []uint64{15}) {
+		t.Errorf("old id keeps follows %v and mutes %v", s.Following, s.Muted)
 	}
 }
