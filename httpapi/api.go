@@ -104,6 +104,8 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	v1.POST("/users/:id/streams/:stream_id/end", a.endStream)
 	get(v1, "/users/:id/live", a.getLive)
 	get(v1, "/users/:id/export", a.exportUser)
+	v1.POST("/users/:id/move", a.startMove)
+	get(v1, "/users/:id/move", a.getMove)
 	return e
 }
 

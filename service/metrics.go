@@ -28,6 +28,7 @@ type Metrics struct {
 	streamEvents       prometheus.Counter
 	streamWatchQueries prometheus.Counter
 	live               *liveMetrics
+	moves              *moveMetrics
 	reg                prometheus.Registerer
 }
 
@@ -74,8 +75,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "feed_stream_events_total", Help: "Items sent on feed streams."}),
 		streamWatchQueries: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "feed_stream_watch_queries_total", Help: "SQL statements run by the stream watchers (one per shard)."}),
-		live: newLiveMetrics(reg),
-		reg:  reg,
+		live:  newLiveMetrics(reg),
+		moves: newMoveMetrics(reg),
+		reg:   reg,
 	}
 	reg.MustRegister(m.postsPublished, m.inboxRows, m.batchSeconds, m.deliverySeconds, m.deliveries, m.followEvents,
 		m.backfillRows, m.trimmedRows, m.purgedPosts, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.feedRows, m.shardUp,

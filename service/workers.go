@@ -52,7 +52,8 @@ func (w *wakeup) wait() <-chan struct{} {
 
 // RunWorkers runs the background loops on every shard until ctx ends:
 // planning deliveries, running fan-out sub-tasks, applying follow events,
-// switching authors to pull mode and purging deleted posts' tombstones. Workers coordinate only through leases in
+// switching authors to pull mode, purging deleted posts' tombstones and
+// moving accounts. Workers coordinate only through leases in
 // the database, so any number of processes may run them. When ctx ends the
 // loops stop claiming, batches in flight get softStop to finish, and claims
 // not started are released.
@@ -76,6 +77,7 @@ func (s *Service) RunWorkers(ctx context.Context, softStop time.Duration) {
 		run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh) })
 		run("switch", func(ctx, work context.Context) (int, error) { return s.runSwitches(ctx, work, sh) })
 		run("tombstones", func(ctx, work context.Context) (int, error) { return s.purgeTombstones(work, sh) })
+		run("move", func(ctx, work context.Context) (int, error) { return s.runMoves(ctx, work, sh) })
 	}
 	wg.Wait()
 }

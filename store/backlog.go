@@ -12,18 +12,20 @@ type Backlog struct {
 	Tasks        int64 `db:"tasks"`         // fan-out sub-tasks not finished
 	FollowEvents int64 `db:"follow_events"` // follow/unfollow not yet applied
 	Switches     int64 `db:"switches"`      // authors switching to pull mode
+	Moves        int64 `db:"moves"`         // account moves not done
 }
 
 // Idle reports whether nothing is queued.
 func (b Backlog) Idle() bool {
-	return b.Deliveries+b.Tasks+b.FollowEvents+b.Switches == 0
+	return b.Deliveries+b.Tasks+b.FollowEvents+b.Switches+b.Moves == 0
 }
 
 const backlogSQL = `SELECT
  (SELECT COUNT(*) FROM deliveries WHERE state = ` + deliveryPendingSQL + `) AS deliveries,
  (SELECT COUNT(*) FROM fanout_tasks WHERE done = 0) AS tasks,
  (SELECT COUNT(*) FROM follow_events) AS follow_events,
- (SELECT COUNT(*) FROM authors WHERE mode = ` + authorSwitchingSQL + `) AS switches`
+ (SELECT COUNT(*) FROM authors WHERE mode = ` + authorSwitchingSQL + `) AS switches,
+ (SELECT COUNT(*) FROM moves WHERE state < ` + moveDoneSQL + `) AS moves`
 
 // Backlog returns the work queued on every shard: for tests waiting for the
 // system to come to rest, and for operators.
@@ -38,6 +40,7 @@ func (s *Store) Backlog(ctx context.Context) (Backlog, error) {
 		total.Tasks += b.Tasks
 		total.FollowEvents += b.FollowEvents
 		total.Switches += b.Switches
+		total.Moves += b.Moves
 	}
 	return total, nil
 }

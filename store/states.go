@@ -61,6 +61,27 @@ const (
 	listReplaysSQL   = "2"
 )
 
+// Move states (moves.state) and the parts a move runs through in order
+// (moves.phase): the old id's own mutes rows, then its follows (a muted
+// author's follow moves with its mute, so the new edge is created muted),
+// its marker, then the readers it hides from and its followers, whose rows
+// live on their own databases.
+const (
+	movePending = 0 // not claimed yet
+	moveRunning = 1
+	moveDone    = 2
+
+	movePendingSQL = "0"
+	moveRunningSQL = "1"
+	moveDoneSQL    = "2"
+
+	movePhaseMutes     = 0
+	movePhaseFollows   = 1
+	movePhaseMarker    = 2
+	movePhaseHides     = 3
+	movePhaseFollowers = 4
+)
+
 // ClaimableRows says which rows of a table workers may claim: those whose
 // column Col holds one of Values (Col empty: every row), as the predicate
 // SQL says in SQL. A reshard moves them at the cut-over, not with the copy.
@@ -76,4 +97,5 @@ var Claimable = map[string]ClaimableRows{
 	"follow_events": {SQL: "1 = 1"},
 	"deliveries":    {Col: "state", Values: []string{deliveryPendingSQL, deliveryRunningSQL}, SQL: "state < " + deliveryDoneSQL},
 	"authors":       {Col: "mode", Values: []string{authorSwitchingSQL}, SQL: "mode = " + authorSwitchingSQL},
+	"moves":         {Col: "state", Values: []string{movePendingSQL, moveRunningSQL}, SQL: "state < " + moveDoneSQL},
 }

@@ -25,6 +25,9 @@ func TestStateCodes(t *testing.T) {
 		{"listNone", listNone, listNoneSQL},
 		{"listQueue", listQueue, listQueueSQL},
 		{"listReplays", listReplays, listReplaysSQL},
+		{"movePending", movePending, movePendingSQL},
+		{"moveRunning", moveRunning, moveRunningSQL},
+		{"moveDone", moveDone, moveDoneSQL},
 	} {
 		if got := strconv.Itoa(c.code); got != c.sql {
 			t.Errorf("%s is %s, its SQL spelling %s", c.name, got, c.sql)

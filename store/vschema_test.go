@@ -107,6 +107,7 @@ var scatters = []struct{ contains, why string }{
 	{"FROM fanout_tasks WHERE done = 0", "claim scan of the task queue"},
 	{"FROM follow_events WHERE", "claim scan of the follow event queue"},
 	{"FROM authors WHERE mode = 1", "claim scan of author switches"},
+	{"FROM moves WHERE state", "claim scan of account moves"},
 	{"following f FORCE INDEX (PRIMARY)", "a fan-out batch's range of users: one database's share here, every shard's on Vitess"},
 	{"deliveries", "by content id: the author is known but not named (a lookup vindex on content_id, or author_id added to the WHERE, would route it)"},
 	{"fanout_tasks", "by content id, as deliveries"},

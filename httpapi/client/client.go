@@ -400,3 +400,41 @@ func putBody(buf *bytes.Buffer) {
 		bodyPool.Put(buf)
 	}
 }
+
+// MoveCount is one part of a move's progress.
+type MoveCount struct {
+	Moved   int64 `json:"moved"`
+	Skipped int64 `json:"skipped"`
+	Total   int64 `json:"total"`
+}
+
+// Move is an account move and its progress.
+type Move struct {
+	UserID    string    `json:"user_id"`
+	To        string    `json:"to"`
+	State     string    `json:"state"` // pending, running or done
+	Follows   MoveCount `json:"follows"`
+	Mutes     MoveCount `json:"mutes"`
+	Hides     MoveCount `json:"hides"`
+	Marker    MoveCount `json:"marker"`
+	Followers MoveCount `json:"followers"`
+	CreatedAt int64     `json:"created_at"`
+	UpdatedAt int64     `json:"updated_at"`
+}
+
+// Move starts moving user's follows, mutes, hides, read marker and
+// followers to the id to, and returns the move's progress. Repeating it is
+// idempotent; another to while the move is unfinished is a 409 conflict.
+func (c *Client) Move(ctx context.Context, user, to uint64) (m Move, err error) {
+	body := struct {
+		To string `json:"to"`
+	}{strconv.FormatUint(to, 10)}
+	_, err = c.do(ctx, http.MethodPost, "/v1/users/"+strconv.FormatUint(user, 10)+"/move", body, &m)
+	return m, err
+}
+
+// MoveStatus returns the progress of user's move (404 if it was never moved).
+func (c *Client) MoveStatus(ctx context.Context, user uint64) (m Move, err error) {
+	_, err = c.do(ctx, http.MethodGet, "/v1/users/"+strconv.FormatUint(user, 10)+"/move", nil, &m)
+	return m, err
+}

@@ -45,6 +45,7 @@ var Keyed = []KeyedTable{
 	{"replays", "user_id"},
 	{"replay_floors", "user_id"},
 	{"live_sessions", "user_id"},
+	{"moves", "user_id"},
 	{"content_ids", "content_id"},
 	{"imports", "import_id"},
 	{"import_marks", "id"},
