@@ -318,8 +318,8 @@ func TestExplainRangeScans(t *testing.T) {
 			q    string
 			args []any
 		}{
-			{store.PushSQL, []any{t0, 99, 705, "post", 705, 2, 40}},
-			{store.PushActiveSQL, []any{t0, 99, 705, "post", 705, 2, 40, t0 - 1}},
+			{store.PushSQL, []any{t0, 99, 705, "post", 705, 2, 40, t0, t0, 99}},
+			{store.PushActiveSQL, []any{t0, 99, 705, "post", 705, 2, 40, t0 - 1, t0, t0, 99}},
 			{store.RetractSQL, []any{t0, 99, 705, 2, 40}},
 		} {
 			plan := explain(t, sh, c.q, c.args...)

@@ -56,7 +56,7 @@ func TestFollow(t *testing.T) {
 				t.Fatal("no followee-list version in the header")
 			}
 			for i, wantRead := range []bool{true, false} {
-				authors, read, err := st.FollowedAuthors(t.Context(), user, version)
+				authors, _, read, err := st.FollowedAuthors(t.Context(), user, version)
 				must(t, err)
 				authors = slices.Sorted(slices.Values(authors)) // the list is shared
 				if !slices.Equal(authors, want) || read != wantRead {
