@@ -97,7 +97,12 @@ func (f *followPairJSON) UnmarshalJSON(b []byte) error {
 		}
 	}
 	type plain followPairJSON // without this method
-	return json.Unmarshal(b, (*plain)(f))
+	err := json.Unmarshal(b, (*plain)(f))
+	var ie *invalidID
+	if errors.As(err, &ie) {
+		return errors.New("user_id and author_id must be decimal strings or integers in 1..18446744073709551615")
+	}
+	return err
 }
 
 type followResultJSON struct {
