@@ -274,24 +274,36 @@ const countFollowingManySQL = `SELECT user_id, COUNT(*) AS n FROM following WHER
 
 // countFollowing returns how many authors each of users follows.
 func countFollowing(ctx context.Context, tx *sqlx.Tx, users []uint64) (map[uint64]int, error) {
+	got, err := selectIn[struct {
+		UserID uint64 `db:"user_id"`
+		N      int    `db:"n"`
+	}](ctx, tx, countFollowingManySQL, users)
+	if err != nil {
+		return nil, err
+	}
 	counts := make(map[uint64]int, len(users))
-	for start := 0; start < len(users); start += followChunk {
-		q, args, err := sqlx.In(countFollowingManySQL, users[start:min(start+followChunk, len(users))])
+	for _, g := range got {
+		counts[g.UserID] = g.N
+	}
+	return counts, nil
+}
+
+// selectIn runs q, whose one IN (?) takes ids, once per followChunk ids,
+// and returns the rows of all the runs.
+func selectIn[T any](ctx context.Context, tx *sqlx.Tx, q string, ids []uint64) ([]T, error) {
+	var out []T
+	for start := 0; start < len(ids); start += followChunk {
+		stmt, args, err := sqlx.In(q, ids[start:min(start+followChunk, len(ids))])
 		if err != nil {
 			return nil, err
 		}
-		var got []struct {
-			UserID uint64 `db:"user_id"`
-			N      int    `db:"n"`
-		}
-		if err := tx.SelectContext(ctx, &got, q, args...); err != nil {
+		var got []T
+		if err := tx.SelectContext(ctx, &got, stmt, args...); err != nil {
 			return nil, err
 		}
-		for _, g := range got {
-			counts[g.UserID] = g.N
-		}
+		out = append(out, got...)
 	}
-	return counts, nil
+	return out, nil
 }
 
 // markFollowedSQL marks the headers of users given new edges: something to

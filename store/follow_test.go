@@ -588,9 +588,8 @@ func TestBackfillHistoryBound(t *testing.T) {
 	t.Parallel()
 	st := newStore(t, 1)
 	const user, author = 7300, 7301
-	var posts []feed.Post
 	for i := range 10 {
-		posts = append(posts, publish(t, st, author, uint64(7400+i), t0+int64(i)))
+		publish(t, st, author, uint64(7400+i), t0+int64(i))
 	}
 	from, err := st.HistoryFrom(t.Context(), author, 4)
 	must(t, err)

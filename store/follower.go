@@ -151,27 +151,21 @@ func addFollowers(ctx context.Context, tx *sqlx.Tx, fs []feed.Follow, pushThresh
 	}); err != nil {
 		return nil, err
 	}
+	got, err := selectIn[struct {
+		AuthorID uint64 `db:"author_id"`
+		Count    int64  `db:"follower_count"`
+		Mode     int    `db:"mode"`
+	}](ctx, tx, lockAuthorsSQL, authors)
+	if err != nil {
+		return nil, err
+	}
 	modes := make(map[uint64]int, len(authors))
-	for start := 0; start < len(authors); start += followChunk {
-		q, args, err := sqlx.In(lockAuthorsSQL, authors[start:min(start+followChunk, len(authors))])
-		if err != nil {
-			return nil, err
-		}
-		var got []struct {
-			AuthorID uint64 `db:"author_id"`
-			Count    int64  `db:"follower_count"`
-			Mode     int    `db:"mode"`
-		}
-		if err := tx.SelectContext(ctx, &got, q, args...); err != nil {
-			return nil, err
-		}
-		for _, a := range got {
-			modes[a.AuthorID] = a.Mode
-			if a.Mode == AuthorPush && a.Count > pushThreshold {
-				modes[a.AuthorID] = AuthorSwitching
-				if _, err := tx.ExecContext(ctx, startSwitchSQL, a.AuthorID); err != nil {
-					return nil, err
-				}
+	for _, a := range got {
+		modes[a.AuthorID] = a.Mode
+		if a.Mode == AuthorPush && a.Count > pushThreshold {
+			modes[a.AuthorID] = AuthorSwitching
+			if _, err := tx.ExecContext(ctx, startSwitchSQL, a.AuthorID); err != nil {
+				return nil, err
 			}
 		}
 	}
