@@ -388,9 +388,9 @@ func (s *Store) ListFollowing(ctx context.Context, userID, after uint64, limit i
 	return out, wrap("list following", err)
 }
 
-// followedAuthorsSQL reads idx_following_pull alone, which holds the
+// followedAuthorsSQL reads idx_following_reads alone, which holds the
 // history bounds.
-const followedAuthorsSQL = `SELECT author_id, history_time, history_id FROM following FORCE INDEX (idx_following_pull)
+const followedAuthorsSQL = `SELECT author_id, history_time, history_id FROM following FORCE INDEX (idx_following_reads)
 WHERE user_id = ? AND muted = 0`
 
 // FollowedAuthors returns the authors the user reads, followed and not

@@ -140,7 +140,7 @@ const feedPageSQL = `SELECT ` + inboxInOrder + ` 0 AS src, publish_time AS t, co
 // coerce.
 const feedPagePullSQL = `(SELECT 1 AS src, pull AS t, 0 AS id, author_id AS a, _ascii'' AS k,
  history_time AS ft, history_id AS fi, NULL AS lr, NULL AS act, NULL AS p, NULL AS fv
- FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0 AND muted = 0)
+ FROM following FORCE INDEX (idx_following_reads) WHERE user_id = ? AND pull > 0 AND muted = 0)
 UNION ALL (` + feedPageSQL + `)`
 
 // readFeedPage runs one of the two page statements and parses its rows;
