@@ -292,7 +292,10 @@ func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int
 	return total, nil
 }
 
-const lockFollowingSQL = `SELECT muted, history_time, history_id FROM following WHERE user_id = ? AND author_id = ? FOR UPDATE`
+const lockFollowingSQL = `SELECT muted FROM following WHERE user_id = ? AND author_id = ? FOR UPDATE`
+
+// lockEdgeSQL is lockFollowingSQL with the edge's history bound.
+const lockEdgeSQL = `SELECT muted, history_time, history_id FROM following WHERE user_id = ? AND author_id = ? FOR UPDATE`
 
 const insertInboxHead = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)`
 
@@ -345,7 +348,7 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 			T     sql.NullInt64    `db:"history_time"`
 			ID    sql.Null[uint64] `db:"history_id"`
 		}
-		err := tx.GetContext(ctx, &edge, lockFollowingSQL, userID, authorID)
+		err := tx.GetContext(ctx, &edge, lockEdgeSQL, userID, authorID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		} else if err != nil {
