@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -55,13 +56,21 @@ func TestVSchemaCoversSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile("../migrations/00001_baseline.sql")
+	files, err := filepath.Glob("../migrations/*.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables := createTableRE.FindAllStringSubmatch(string(b), -1)
+	var schema []byte
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schema = append(schema, b...)
+	}
+	tables := createTableRE.FindAllStringSubmatch(string(schema), -1)
 	if len(tables) == 0 {
-		t.Fatal("no CREATE TABLE in the baseline")
+		t.Fatal("no CREATE TABLE in the migrations")
 	}
 	for _, m := range tables {
 		name, body := m[1], m[2]
