@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"slices"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -52,8 +53,9 @@ func (s *Service) checkFollow(req feed.FollowRequest) error {
 // FollowMany makes each follow as FollowWith does and returns each one's
 // result in order: a pair that fails (a self-follow, a bad copy limit, a
 // user past MaxFollowing, a database down) fails alone. The follows of one
-// user database are written in one transaction; a copy limit reads the
-// author's newest posts first (once per author and limit).
+// user database are written in one transaction; copy limits read the
+// authors' newest posts first, with a statement per database and 64
+// authors for each limit.
 //
 // Returns EINVALID for no requests, ETOOLARGE for more than MaxFollowBatch,
 // with nothing done.
@@ -65,14 +67,34 @@ func (s *Service) FollowMany(ctx context.Context, reqs []feed.FollowRequest) ([]
 		return nil, feed.Errorf(feed.ETOOLARGE, "follows holds %d pairs, more than %d", len(reqs), MaxFollowBatch)
 	}
 	out := make([]feed.FollowResult, len(reqs))
-	edges := make([]store.FollowEdge, 0, len(reqs))
-	idx := make([]int, 0, len(reqs))
+	// The history bounds, read per copy limit for all its authors at once.
+	byLimit := map[int][]uint64{}
+	for _, req := range reqs {
+		if req.CopyLimit != nil && s.checkFollow(req) == nil {
+			byLimit[*req.CopyLimit] = append(byLimit[*req.CopyLimit], req.AuthorID)
+		}
+	}
 	type limited struct {
 		author uint64
 		n      int
 	}
 	bounds := map[limited]*feed.Key{}
 	failed := map[limited]error{}
+	for n, authors := range byLimit {
+		from, bad, err := s.store.HistoriesFrom(ctx, slices.Compact(slices.Sorted(slices.Values(authors))), n)
+		for _, a := range authors {
+			switch k := (limited{a, n}); {
+			case err != nil:
+				failed[k] = err
+			case bad[a] != nil:
+				failed[k] = bad[a]
+			default:
+				bounds[k] = from[a]
+			}
+		}
+	}
+	edges := make([]store.FollowEdge, 0, len(reqs))
+	idx := make([]int, 0, len(reqs))
 	for i, req := range reqs {
 		if err := s.checkFollow(req); err != nil {
 			out[i].Err = err
@@ -80,21 +102,12 @@ func (s *Service) FollowMany(ctx context.Context, reqs []feed.FollowRequest) ([]
 		}
 		e := store.FollowEdge{UserID: req.UserID, AuthorID: req.AuthorID}
 		if req.CopyLimit != nil {
-			key := limited{req.AuthorID, *req.CopyLimit}
-			b, seen := bounds[key]
-			if !seen && failed[key] == nil {
-				var err error
-				if b, err = s.store.HistoryFrom(ctx, req.AuthorID, *req.CopyLimit); err != nil {
-					failed[key] = err
-				} else {
-					bounds[key] = b
-				}
-			}
-			if err := failed[key]; err != nil {
+			k := limited{req.AuthorID, *req.CopyLimit}
+			if err := failed[k]; err != nil {
 				out[i].Err = err
 				continue
 			}
-			e.From = b
+			e.From = bounds[k]
 		}
 		edges, idx = append(edges, e), append(idx, i)
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -78,17 +79,46 @@ type FollowOutcome struct {
 // view of "before" is this read, so a post published after it counts as
 // published after the follow.
 func (s *Store) HistoryFrom(ctx context.Context, authorID uint64, n int) (*feed.Key, error) {
-	posts, err := s.ListPosts(ctx, authorID, Top, n+1)
-	if err != nil || len(posts) <= n {
-		return nil, err
+	from, failed, err := s.HistoriesFrom(ctx, []uint64{authorID}, n)
+	return from[authorID], cmp.Or(err, failed[authorID])
+}
+
+// HistoriesFrom is HistoryFrom for many authors and one n, read with one
+// statement per database and pullChunk authors (PullPosts). An author whose
+// database failed is in failed, with its error, and not in from.
+func (s *Store) HistoriesFrom(ctx context.Context, authors []uint64, n int) (from map[uint64]*feed.Key, failed map[uint64]error, err error) {
+	srcs := make([]PullSource, len(authors))
+	for i, a := range authors {
+		srcs[i] = PullSource{AuthorID: a, Before: Top}
 	}
-	k := posts[n].Key()
-	if k.ContentID == maxID {
-		k = feed.Key{PublishTime: k.PublishTime + 1}
-	} else {
-		k.ContentID++
+	p, err := s.PullPosts(ctx, srcs, n+1, 0)
+	if err != nil {
+		return nil, nil, wrap("history bounds", err)
 	}
-	return &k, nil
+	failed = make(map[uint64]error, len(p.Missing))
+	for _, a := range p.Missing {
+		failed[a] = wrap("history bounds", p.Err)
+	}
+	byAuthor := map[uint64][]feed.Post{}
+	for _, post := range p.Posts {
+		byAuthor[post.AuthorID] = append(byAuthor[post.AuthorID], post)
+	}
+	from = make(map[uint64]*feed.Key, len(authors))
+	for _, a := range authors {
+		posts := byAuthor[a]
+		if _, gone := failed[a]; gone || len(posts) <= n {
+			continue
+		}
+		slices.SortFunc(posts, feed.NewestFirst)
+		k := posts[n].Key()
+		if k.ContentID == maxID {
+			k = feed.Key{PublishTime: k.PublishTime + 1}
+		} else {
+			k.ContentID++
+		}
+		from[a] = &k
+	}
+	return from, failed, nil
 }
 
 // Follow adds the edge on the user's shard, marked pending backfill (reads
