@@ -52,6 +52,21 @@ type Follow struct {
 	FollowedAt int64  `db:"followed_at"`
 }
 
+// FollowRequest asks for a follow. CopyLimit, when set, is how many of the
+// author's posts published before the follow the follow brings into the
+// feed (0 to the inbox limit); nil brings the author's whole history.
+type FollowRequest struct {
+	UserID, AuthorID uint64
+	CopyLimit        *int
+}
+
+// FollowResult is what became of one FollowRequest of a batch: Created, or
+// not because the user already followed the author (Err nil), or Err.
+type FollowResult struct {
+	Created bool
+	Err     error
+}
+
 // Mute is a pair of a mute (the user mutes the author) or a hide (the
 // author hides from the user), with when it began.
 type Mute struct {

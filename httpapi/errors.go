@@ -24,10 +24,14 @@ var codes = map[string]int{
 }
 
 type errorBody struct {
-	Error struct {
-		Code    string `json:"code"`
-		Message string `json:"message"`
-	} `json:"error"`
+	Error errorJSON `json:"error"`
+}
+
+// errorJSON is an error's code and message, as the error body and a batch's
+// failed items carry them.
+type errorJSON struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // handleError writes every error as the contract's envelope. Echo's own

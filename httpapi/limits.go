@@ -25,6 +25,18 @@ const (
 // MaxBodyBytes bounds a request body; larger ones get 413.
 const MaxBodyBytes = 64 << 10
 
+// MaxBatchBodyBytes bounds the body of a batch of follows (followsRoute),
+// which holds up to 1,000 pairs of 20-digit ids with their options.
+const MaxBatchBodyBytes = 256 << 10
+
+// bodyLimit is the largest body the request's route takes.
+func bodyLimit(c echo.Context) int64 {
+	if c.Path() == followsRoute {
+		return MaxBatchBodyBytes
+	}
+	return MaxBodyBytes
+}
+
 // maxDrainBytes is how much of an oversized body is read and discarded
 // before the 413: a client that writes its whole body before reading would
 // see the connection reset, not the answer, if the server closed with
@@ -63,7 +75,7 @@ func withDeadline(read, write time.Duration, long ...string) echo.MiddlewareFunc
 	}
 }
 
-// limitBody reads a request's body up to MaxBodyBytes before the handler
+// limitBody reads a request's body up to its route's limit before the handler
 // runs. An oversized body is drained (up to maxDrainBytes) and answered with
 // 413 and a closed connection.
 func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
@@ -73,17 +85,18 @@ func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		var b []byte
-		if req.ContentLength <= MaxBodyBytes {
+		limit := bodyLimit(c)
+		if req.ContentLength <= limit {
 			var err error
-			b, err = io.ReadAll(io.LimitReader(req.Body, MaxBodyBytes+1))
+			b, err = io.ReadAll(io.LimitReader(req.Body, limit+1))
 			if err != nil {
 				return feed.Errorf(feed.EINVALID, "cannot read body")
 			}
 		}
-		if req.ContentLength > MaxBodyBytes || len(b) > MaxBodyBytes {
+		if req.ContentLength > limit || int64(len(b)) > limit {
 			_, _ = io.CopyN(io.Discard, req.Body, maxDrainBytes)
 			c.Response().Header().Set(echo.HeaderConnection, "close")
-			return feed.Errorf(feed.ETOOLARGE, "request body larger than %d bytes", MaxBodyBytes)
+			return feed.Errorf(feed.ETOOLARGE, "request body larger than %d bytes", limit)
 		}
 		req.Body = io.NopCloser(bytes.NewReader(b))
 		return next(c)

@@ -126,7 +126,8 @@ func (s *Service) readFeed(ctx context.Context, userID uint64, before, since fee
 			// so it sits just above active_since.
 			bound = olderOf(before, feed.Key{PublishTime: activeSince + 1})
 		}
-		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound, From: from})
+		// A follow with a copy limit shows nothing below its bound.
+		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound, From: newerOf(from, pa.From)})
 		rd.pullAuthors = append(rd.pullAuthors, pa.AuthorID)
 	}
 	pulled, err := s.pull(ctx, rd, sources, n)
@@ -176,7 +177,7 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 	// What the outbox reads start from is read meanwhile, from every
 	// database this page has not found failed.
 	ctx = s.store.LearnAhead(ctx, slices.DeleteFunc(slices.Clone(s.store.Shards()), func(sh *store.Shard) bool { return rd.failed[sh] }), s.cfg.SourceTimeout)
-	authors, read, err := s.store.FollowedAuthors(ctx, userID, rd.follows)
+	authors, bounds, read, err := s.store.FollowedAuthors(ctx, userID, rd.follows)
 	if err != nil {
 		return nil, err
 	}
@@ -184,11 +185,19 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 		rd.queries++
 		rd.rows += len(authors)
 	}
-	sources := make([]store.PullSource, len(authors)+1)
-	for i, a := range authors {
-		sources[i] = store.PullSource{AuthorID: a, Before: before, From: from}
+	sources := make([]store.PullSource, 0, len(authors)+1)
+	for _, a := range authors {
+		src := store.PullSource{AuthorID: a, Before: before, From: from}
+		if b, ok := bounds[a]; ok {
+			// A follow with a copy limit shows nothing below its bound:
+			// an outbox wholly below it is not read.
+			if src.From = newerOf(from, b); !src.From.Less(before) {
+				continue
+			}
+		}
+		sources = append(sources, src)
 	}
-	sources[len(authors)] = store.PullSource{AuthorID: userID, Before: before, From: from}
+	sources = append(sources, store.PullSource{AuthorID: userID, Before: before, From: from})
 	posts, err := s.readOutboxes(ctx, rd, sources, limit)
 	if err != nil {
 		return nil, err

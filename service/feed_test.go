@@ -33,11 +33,18 @@ type feedModel struct {
 	// filters holds, per user, the authors the user mutes (store.Mute)
 	// and those who hide from the user (store.Hide).
 	filters map[uint64]map[uint64]map[store.Filter]bool
+	// history holds, per user, the oldest key of each author followed
+	// with a copy limit that the feed shows.
+	history map[uint64]map[uint64]feed.Key
+	// kept holds, per user, the content ids of each author unfollowed
+	// with keep_history that the feed still shows (while live).
+	kept map[uint64]map[uint64]map[uint64]bool
 }
 
 func newFeedModel() *feedModel {
 	return &feedModel{posts: map[uint64][]feed.Post{}, follows: map[uint64]map[uint64]struct{}{}, ids: map[uint64]struct{}{},
-		filters: map[uint64]map[uint64]map[store.Filter]bool{}}
+		filters: map[uint64]map[uint64]map[store.Filter]bool{}, history: map[uint64]map[uint64]feed.Key{},
+		kept: map[uint64]map[uint64]map[uint64]bool{}}
 }
 
 // setFilter mutes or hides (on) or lifts it, through the service and in
@@ -52,6 +59,9 @@ func (m *feedModel) setFilter(t testing.TB, h *harness, f store.Filter, user, au
 	}
 	if err != nil {
 		t.Fatalf("filter %d of %d by %d (on %v): %v", author, user, f, on, err)
+	}
+	if on {
+		delete(m.kept[user], author) // the mark purges what an unfollow kept
 	}
 	if m.filters[user] == nil {
 		m.filters[user] = map[uint64]map[store.Filter]bool{}
@@ -165,6 +175,8 @@ func (m *feedModel) unfollow(t testing.TB, h *harness, user, author uint64) {
 		t.Fatalf("unfollow %d→%d: %v", user, author, err)
 	}
 	delete(m.follows[user], author)
+	delete(m.history[user], author)
+	delete(m.kept[user], author)
 }
 
 func (m *feedModel) following(user, author uint64) bool {
@@ -189,8 +201,19 @@ func (m *feedModel) feed(user uint64, before feed.Key) []feed.Post {
 		if m.filtered(user, a) {
 			continue
 		}
+		from, bounded := m.history[user][a]
 		for _, p := range m.posts[a] {
-			if p.Key().Less(before) {
+			if p.Key().Less(before) && !(bounded && p.Key().Less(from)) {
+				out = append(out, p)
+			}
+		}
+	}
+	for a, ids := range m.kept[user] {
+		if m.following(user, a) || m.filtered(user, a) {
+			continue
+		}
+		for _, p := range m.posts[a] {
+			if ids[p.ContentID] && p.Key().Less(before) {
 				out = append(out, p)
 			}
 		}

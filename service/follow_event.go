@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
 	"slices"
@@ -12,30 +13,39 @@ import (
 // applyFollowEvents reconciles a few follow events of the shard, Workers at
 // a time: the author's followers row is made to match the following row as
 // it is now (so repeated operations collapse to the last), and a live
-// follow is backfilled. An event that changed meanwhile runs again; one
-// that failed or was not started before a stop is released.
+// follow is backfilled. The batch reads its edges with one statement and
+// adds the live ones' followers rows with one transaction per author
+// database; the backfills run per event. An event that changed meanwhile
+// runs again; one that failed or was not started before a stop is released.
 func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) (int, error) {
 	now, until := s.lease()
 	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, 4*s.cfg.Workers, rand.Uint64())
 	if err != nil {
 		return 0, err
 	}
+	// Left claimed: taken up again when the lease ends, which spaces the
+	// retries while the author's database is down.
+	evs = slices.DeleteFunc(evs, func(ev store.FollowEvent) bool {
+		return s.store.ShardOf(ev.AuthorID).Health().Unreachable()
+	})
+	if len(evs) == 0 {
+		return 0, nil
+	}
+	edges, modes, failed, err := s.addFollowers(ctx, work, sh, evs)
+	if err != nil {
+		s.releaseFollowEvents(work, evs)
+		return len(evs), err
+	}
 	err = each(evs, s.cfg.Workers, func(ev store.FollowEvent) error {
-		if s.store.ShardOf(ev.AuthorID).Health().Unreachable() {
-			// Left claimed: it is taken up again when the lease ends,
-			// which spaces the retries while the author's database is down.
-			return nil
-		}
-		err := ctx.Err()
+		err := cmp.Or(ctx.Err(), failed[ev.AuthorID])
 		if err == nil {
 			ectx, cancel := s.stepContext(work)
-			err = s.applyFollowEvent(ectx, ev)
+			edge, live := edges[[2]uint64{ev.UserID, ev.AuthorID}]
+			err = s.applyFollowEvent(ectx, ev, edge, live, modes[ev.AuthorID])
 			cancel()
 		}
 		if err != nil {
-			rctx, cancel := releaseCtx(work)
-			defer cancel()
-			s.released("follow event", s.store.ReleaseFollowEvent(rctx, ev))
+			s.releaseFollowEvents(work, []store.FollowEvent{ev})
 			if ctx.Err() != nil {
 				return nil // stopping, not failing
 			}
@@ -47,22 +57,55 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) 
 	return len(evs), err
 }
 
-func (s *Service) applyFollowEvent(ctx context.Context, ev store.FollowEvent) error {
-	f, err := s.store.GetFollowing(ctx, ev.UserID, ev.AuthorID)
-	if err == nil {
-		var mode int
-		if mode, err = s.store.AddFollower(ctx, f, s.cfg.PushThreshold); err == nil {
-			// Replays first: reads merge the host's own replay list until
-			// the posts' backfill clears the pending bit.
-			_, err = s.store.BackfillReplays(ctx, ev.UserID, ev.AuthorID, s.cfg.InboxLimit)
+// addFollowers reads the edges of the events' pairs and adds the followers
+// rows of the live ones, as one step: it returns the edges, the authors'
+// modes, and the errors of authors whose database failed.
+func (s *Service) addFollowers(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent) (map[[2]uint64]feed.Follow, map[uint64]int, map[uint64]error, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, nil, err
+	}
+	bctx, cancel := s.stepContext(work)
+	defer cancel()
+	edges, err := s.store.FollowEdges(bctx, sh, evs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	live := make([]feed.Follow, 0, len(edges))
+	for _, f := range edges {
+		live = append(live, f)
+	}
+	modes, failed := s.store.AddFollowers(bctx, live, s.cfg.PushThreshold)
+	for _, m := range modes {
+		if m == store.AuthorSwitching {
+			s.wake.notify()
+			break
 		}
+	}
+	return edges, modes, failed, nil
+}
+
+// releaseFollowEvents gives events back for any worker to retry.
+func (s *Service) releaseFollowEvents(work context.Context, evs []store.FollowEvent) {
+	rctx, cancel := releaseCtx(work)
+	defer cancel()
+	for _, ev := range evs {
+		s.released("follow event", s.store.ReleaseFollowEvent(rctx, ev))
+	}
+}
+
+// applyFollowEvent finishes one event of a batch whose followers rows are
+// added: a live edge (its author's mode given) is backfilled, a gone one's
+// followers row removed.
+func (s *Service) applyFollowEvent(ctx context.Context, ev store.FollowEvent, edge feed.Follow, live bool, mode int) error {
+	var err error
+	if live {
+		// Replays first: reads merge the host's own replay list until
+		// the posts' backfill clears the pending bit.
+		_, err = s.store.BackfillReplays(ctx, ev.UserID, ev.AuthorID, s.cfg.InboxLimit)
 		if err == nil {
 			err = s.backfill(ctx, ev.UserID, ev.AuthorID, mode != store.AuthorPush)
 		}
-		if mode == store.AuthorSwitching {
-			s.wake.notify()
-		}
-	} else if feed.ErrorCode(err) == feed.ENOTFOUND {
+	} else {
 		err = s.store.RemoveFollower(ctx, ev.AuthorID, ev.UserID)
 	}
 	if err == nil {

@@ -294,3 +294,32 @@ func TestImportConflicts(t *testing.T) {
 		}
 	}
 }
+
+// TestImportKeepsCopyLimits: a follow made through the API with a copy
+// limit keeps its bound when the import brings the author's older posts
+// and names the follow again.
+func TestImportKeepsCopyLimits(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, harnessOpts{shards: 2, configured: readOpts})
+	r := rand.New(rand.NewPCG(3, 46))
+	d := randomImport(r, 20)
+	const user = 1
+	author := uint64(4)
+	for d.m.filtered(user, author) {
+		author++
+	}
+	for i := range 3 {
+		d.m.publish(t, h, author, d.m.newID(r), time.Now().UnixMilli()-int64(i)*1000)
+	}
+	d.m.followLimited(t, h, user, author, 1)
+	h.waitIdle(t)
+	d.recs = append(d.recs, feed.Record{Type: feed.RecordFollow, UserID: user, AuthorID: author})
+	if _, _, err := runImport(t, h.svc, jsonLines(d.recs), service.ImportOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checkImported(t, h, d, "imported beside a copy-limited follow")
+	// The newest of the three: the imported posts are older than the bound.
+	if n := len(postsOf(d.m.feed(user, store.Top), author)); n != 1 {
+		t.Fatalf("the model shows %d posts of the limited author, want 1: the test checks nothing", n)
+	}
+}

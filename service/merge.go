@@ -89,3 +89,12 @@ func olderOf(a, b feed.Key) feed.Key {
 	}
 	return b
 }
+
+// newerOf returns the newer of two keys: the tighter of two "at or above"
+// bounds.
+func newerOf(a, b feed.Key) feed.Key {
+	if a.Less(b) {
+		return b
+	}
+	return a
+}

@@ -13,8 +13,6 @@ import (
 const countAuthorSQL = `INSERT INTO authors (author_id, follower_count) VALUES (?, ?)
 ON DUPLICATE KEY UPDATE follower_count = follower_count + VALUES(follower_count)`
 
-const lockAuthorSQL = `SELECT follower_count, mode FROM authors WHERE author_id = ? FOR UPDATE`
-
 // startSwitchSQL puts an author into the switching mode; the switch job
 // marks every follower's following row before pushes become selective.
 const startSwitchSQL = `UPDATE authors SET mode = ` + authorSwitchingSQL + `, switch_after = 0, claim_token = 0, claimed_until = 0 WHERE author_id = ? AND mode = ` + authorPushSQL

@@ -318,18 +318,19 @@ func TestExplainRangeScans(t *testing.T) {
 			q    string
 			args []any
 		}{
-			{store.PushSQL, []any{t0, 99, 705, "post", 705, 2, 40}},
-			{store.PushActiveSQL, []any{t0, 99, 705, "post", 705, 2, 40, t0 - 1}},
+			{store.PushSQL, []any{t0, 99, 705, "post", 705, 2, 40, t0, t0, 99}},
+			{store.PushActiveSQL, []any{t0, 99, 705, "post", 705, 2, 40, t0 - 1, t0, t0, 99}},
 			{store.RetractSQL, []any{t0, 99, 705, 2, 40}},
+			{store.RetractKeptSQL, []any{t0, 99, 705, 2, 40}},
 		} {
 			plan := explain(t, sh, c.q, c.args...)
 			seen := false
 			for _, r := range plan {
 				switch r["table"] {
-				case "f":
+				case "f", "k": // following, or kept_history for a retraction
 					seen = true
 					if r["key"] != "PRIMARY" || r["type"] != "range" {
-						t.Errorf("plan of following: %v; want a range of PRIMARY", r)
+						t.Errorf("plan of the pairs: %v; want a range of PRIMARY", r)
 					}
 				case "u", "i":
 					if r["key"] != "PRIMARY" || r["type"] != "eq_ref" {

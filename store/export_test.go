@@ -21,6 +21,7 @@ const (
 	PushSQL          = pushSQL
 	PushActiveSQL    = pushActiveSQL
 	RetractSQL       = retractSQL
+	RetractKeptSQL   = retractKeptSQL
 	ListFollowingSQL = listFollowingSQL
 	FollowedAuthors  = followedAuthorsSQL
 	FollowedHosts    = followedHostsSQL

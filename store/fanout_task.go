@@ -84,7 +84,13 @@ const batchFollowersSQL = followersPageSQL
 // INSERT IGNORE keeps one copy.
 const pushSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
 SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (PRIMARY)
-WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 FOR UPDATE`
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 AND ` + historyShowsParamSQL + ` FOR UPDATE`
+
+// historyShowsParamSQL keeps the edges whose history bound (a follow made
+// with a copy limit) lets the post in, the post's key given as parameters
+// (publish_time twice, then content_id): a post backdated below the bound
+// stays out of the inbox as it stays out of every merged read.
+const historyShowsParamSQL = `(f.history_time IS NULL OR f.history_time < ? OR (f.history_time = ? AND f.history_id <= ?))`
 
 // pushActiveSQL is pushSQL restricted to users who read their feed at or
 // after a cutoff (as their header rows say): selective push for authors
@@ -95,14 +101,24 @@ WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 FOR U
 const pushActiveSQL = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
 SELECT f.user_id, ?, ?, ?, ? FROM following f FORCE INDEX (PRIMARY) STRAIGHT_JOIN inbox u
  ON u.user_id = f.user_id AND u.publish_time = 9223372036854775807 AND u.content_id = 18446744073709551615
-WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 AND u.last_read_at >= ? FOR UPDATE`
+WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ? AND f.muted = 0 AND u.last_read_at >= ? AND ` + historyShowsParamSQL + ` FOR UPDATE`
 
 // retractSQL removes the post from the inboxes of the users who follow its
-// author in the batch's range: every inbox that can hold it, since an
-// unfollow purges the author's posts and pushes reach only live edges.
-const retractSQL = `DELETE i FROM following f FORCE INDEX (PRIMARY) STRAIGHT_JOIN inbox i
+// author in the batch's range, and retractKeptSQL from those of the users
+// whose unfollow kept the author's posts (kept_history): every inbox that
+// can hold it, since any other unfollow purges the author's posts and
+// pushes reach only live edges. The edges are read first: an unfollow that
+// keeps the posts deletes the edge and writes the kept row in one
+// transaction, so a batch that finds the edge gone finds the kept row; a
+// follow leaves the kept row in place.
+const (
+	retractSQL = `DELETE i FROM following f FORCE INDEX (PRIMARY) STRAIGHT_JOIN inbox i
  ON i.user_id = f.user_id AND i.publish_time = ? AND i.content_id = ?
 WHERE f.author_id = ? AND f.user_id > ? AND f.user_id <= ?`
+	retractKeptSQL = `DELETE i FROM kept_history k FORCE INDEX (PRIMARY) STRAIGHT_JOIN inbox i
+ ON i.user_id = k.user_id AND i.publish_time = ? AND i.content_id = ?
+WHERE k.author_id = ? AND k.user_id > ? AND k.user_id <= ?`
+)
 
 // lockClaimedTaskSQL holds the task row for the batch if the caller still
 // owns it in the same mode.
@@ -393,11 +409,25 @@ func writeInboxes(ctx context.Context, ex sqlx.ExecerContext, t *Task, through u
 	case t.Kind == ReplayKind:
 		r, err = writeReplays(ctx, ex, t, through, activeAfter)
 	case t.Retract:
-		r, err = ex.ExecContext(ctx, retractSQL, t.PublishTime, t.ContentID, t.AuthorID, t.LastUser, through)
+		var n int64
+		for _, q := range []string{retractSQL, retractKeptSQL} {
+			r, err := ex.ExecContext(ctx, q, t.PublishTime, t.ContentID, t.AuthorID, t.LastUser, through)
+			if err != nil {
+				return n, err
+			}
+			m, err := r.RowsAffected()
+			if err != nil {
+				return n, err
+			}
+			n += m
+		}
+		return n, nil
 	case t.Mode == ModePushActive:
-		r, err = ex.ExecContext(ctx, pushActiveSQL, t.PublishTime, t.ContentID, t.AuthorID, t.Kind, t.AuthorID, t.LastUser, through, activeAfter)
+		r, err = ex.ExecContext(ctx, pushActiveSQL, t.PublishTime, t.ContentID, t.AuthorID, t.Kind, t.AuthorID, t.LastUser, through, activeAfter,
+			t.PublishTime, t.PublishTime, t.ContentID)
 	default:
-		r, err = ex.ExecContext(ctx, pushSQL, t.PublishTime, t.ContentID, t.AuthorID, t.Kind, t.AuthorID, t.LastUser, through)
+		r, err = ex.ExecContext(ctx, pushSQL, t.PublishTime, t.ContentID, t.AuthorID, t.Kind, t.AuthorID, t.LastUser, through,
+			t.PublishTime, t.PublishTime, t.ContentID)
 	}
 	if err != nil {
 		return 0, err

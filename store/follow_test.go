@@ -56,7 +56,7 @@ func TestFollow(t *testing.T) {
 				t.Fatal("no followee-list version in the header")
 			}
 			for i, wantRead := range []bool{true, false} {
-				authors, read, err := st.FollowedAuthors(t.Context(), user, version)
+				authors, _, read, err := st.FollowedAuthors(t.Context(), user, version)
 				must(t, err)
 				authors = slices.Sorted(slices.Values(authors)) // the list is shared
 				if !slices.Equal(authors, want) || read != wantRead {
@@ -513,4 +513,135 @@ func TestFinishFollowEvent(t *testing.T) {
 			t.Errorf("finish: gone=%v err=%v", gone, err)
 		}
 	})
+}
+
+// TestFollowMany writes a batch of follows over two databases: each pair's
+// outcome in order, the edges, headers and events as single follows leave
+// them, the cap per user, and a mute holding for a new edge.
+func TestFollowMany(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 2)
+	u0, u1 := idOn(st, 0, 7000), idOn(st, 1, 7000)
+	a1, a2, a3 := idOn(st, 0, 7100), idOn(st, 1, 7100), idOn(st, 1, 7200)
+	_, err := st.SetFilter(t.Context(), store.Mute, u1, a2, true, 10, t0)
+	must(t, err)
+	from := feed.Key{PublishTime: t0 - 5, ContentID: 9}
+	edges := []store.FollowEdge{
+		{UserID: u0, AuthorID: a1, From: &from},
+		{UserID: u1, AuthorID: a2},
+		{UserID: u0, AuthorID: a2},
+		{UserID: u0, AuthorID: a1}, // again: exists
+		{UserID: u0, AuthorID: a3}, // third of u0: over a cap of 2
+		{UserID: u1, AuthorID: a1},
+	}
+	out := st.FollowMany(t.Context(), edges, 2, t0)
+	created := []bool{true, true, true, false, false, true}
+	for i, o := range out {
+		if i == 4 {
+			wantCode(t, o.Err, feed.ELIMIT)
+			continue
+		}
+		if o.Err != nil || o.Created != created[i] {
+			t.Errorf("pair %d: %+v, want created %v", i, o, created[i])
+		}
+	}
+	for _, e := range []store.FollowEdge{edges[0], edges[1], edges[2], edges[5]} {
+		sh := st.ShardOf(e.UserID)
+		if n := count(t, sh, "SELECT COUNT(*) FROM following WHERE user_id = ? AND author_id = ? AND pull = ?", e.UserID, e.AuthorID, store.PullPending); n != 1 {
+			t.Errorf("edge %d→%d: %d pending rows", e.UserID, e.AuthorID, n)
+		}
+		if n := count(t, sh, "SELECT COUNT(*) FROM follow_events WHERE user_id = ? AND author_id = ? AND version = 1", e.UserID, e.AuthorID); n != 1 {
+			t.Errorf("edge %d→%d: %d events at version 1", e.UserID, e.AuthorID, n)
+		}
+	}
+	if n := count(t, st.ShardOf(u1), "SELECT COUNT(*) FROM following WHERE user_id = ? AND author_id = ? AND muted = 1", u1, a2); n != 1 {
+		t.Error("the new edge of a muted pair is not muted")
+	}
+	if n := count(t, st.ShardOf(u0), "SELECT COUNT(*) FROM following WHERE user_id = ? AND author_id = ? AND history_time = ? AND history_id = ?", u0, a1, from.PublishTime, from.ContentID); n != 1 {
+		t.Error("the bound is not stored with the edge")
+	}
+	snap := snapshot(t, st, u0)
+	if len(snap.Pull) != 2 || snap.Follows == 0 {
+		t.Errorf("u0's snapshot: pull %+v, follows version %d", snap.Pull, snap.Follows)
+	}
+	for _, pa := range snap.Pull {
+		if want := (pa.AuthorID == a1); (pa.From == from) != want {
+			t.Errorf("pull author %d: from %v", pa.AuthorID, pa.From)
+		}
+	}
+	authors, bounds, _, err := st.FollowedAuthors(t.Context(), u0, 0)
+	must(t, err)
+	if len(authors) != 2 || len(bounds) != 1 || bounds[a1] != from {
+		t.Errorf("followed authors %v, bounds %v", authors, bounds)
+	}
+	// Again: nothing is created, nothing changes.
+	for i, o := range st.FollowMany(t.Context(), edges, 2, t0+1) {
+		if o.Created || (o.Err != nil) != (i == 4) {
+			t.Errorf("second run, pair %d: %+v", i, o)
+		}
+	}
+}
+
+// TestBackfillHistoryBound copies only the posts at or above the edge's
+// bound, and raises no floor when the bound, not the limit, cut the copy.
+func TestBackfillHistoryBound(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1)
+	const user, author = 7300, 7301
+	for i := range 10 {
+		publish(t, st, author, uint64(7400+i), t0+int64(i))
+	}
+	from, err := st.HistoryFrom(t.Context(), author, 4)
+	must(t, err)
+	if from == nil || *from != (feed.Key{PublishTime: t0 + 5, ContentID: 7406}) {
+		t.Fatalf("HistoryFrom(4) = %v", from)
+	}
+	if all, err := st.HistoryFrom(t.Context(), author, 10); err != nil || all != nil {
+		t.Fatalf("HistoryFrom(10) of 10 posts = %v, %v; want no bound", all, err)
+	}
+	out := st.FollowMany(t.Context(), []store.FollowEdge{{UserID: user, AuthorID: author, From: from}}, maxFollowing, t0)
+	must(t, out[0].Err)
+	res, copied, err := st.Backfill(t.Context(), user, author, 6, false)
+	must(t, err)
+	if !res.Followed || len(copied) != 4 || copied[3].ContentID != 7406 {
+		t.Fatalf("backfill copied %v (%+v)", copied, res)
+	}
+	if snap := snapshot(t, st, user); snap.Floor != nil || len(snap.Pull) != 0 {
+		t.Errorf("after the backfill: floor %v, pull %+v", snap.Floor, snap.Pull)
+	}
+	if got := inbox(t, st, user); len(got) != 4 {
+		t.Errorf("inbox %v, want the 4 newest posts", got)
+	}
+}
+
+// TestUnfollowKeepingHistory keeps the author's inbox entries and records
+// the pair for retractions; a plain unfollow afterwards purges them.
+func TestUnfollowKeepingHistory(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1)
+	const user, author = 7500, 7501
+	for i := range 3 {
+		publish(t, st, author, uint64(7600+i), t0+int64(i))
+	}
+	follow(t, st, user, author)
+	_, _, err := st.Backfill(t.Context(), user, author, 10, false)
+	must(t, err)
+	must(t, st.UnfollowKeepingHistory(t.Context(), user, author, t0+10))
+	sh := st.ShardOf(user)
+	if got := inbox(t, st, user); len(got) != 3 {
+		t.Fatalf("inbox after keeping: %v", got)
+	}
+	if n := count(t, sh, "SELECT COUNT(*) FROM kept_history WHERE author_id = ? AND user_id = ?", author, user); n != 1 {
+		t.Fatalf("%d kept_history rows", n)
+	}
+	if n := count(t, sh, "SELECT COUNT(*) FROM following WHERE user_id = ?", user); n != 0 {
+		t.Fatalf("%d edges left", n)
+	}
+	must(t, st.Unfollow(t.Context(), user, author, t0+11))
+	if got := inbox(t, st, user); len(got) != 0 {
+		t.Fatalf("inbox after a plain unfollow: %v", got)
+	}
+	if n := count(t, sh, "SELECT COUNT(*) FROM kept_history WHERE author_id = ? AND user_id = ?", author, user); n != 0 {
+		t.Fatalf("%d kept_history rows after the purge", n)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/feedhq/feed"
 )
 
 // A page below the inbox merges the outboxes of everyone the user follows,
@@ -45,6 +47,7 @@ type followeeCache struct {
 type followees struct {
 	version int64
 	authors []uint64
+	from    map[uint64]feed.Key // history bounds, FollowedAuthors' from
 }
 
 func (c *followeeCache) stripe(userID uint64) *struct {
@@ -56,20 +59,22 @@ func (c *followeeCache) stripe(userID uint64) *struct {
 }
 
 // get returns the user's list of the version, if held.
-func (c *followeeCache) get(userID uint64, version int64) ([]uint64, bool) {
+func (c *followeeCache) get(userID uint64, version int64) (followees, bool) {
 	st := c.stripe(userID)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	e, ok := st.m[userID]
 	if !ok || e.version != version {
-		return nil, false
+		return followees{}, false
 	}
-	return e.authors, true
+	return e, true
 }
 
 // put keeps the user's list under the version, dropping other lists of
 // the stripe (which ones does not matter) while it holds too many ids.
-func (c *followeeCache) put(userID uint64, version int64, authors []uint64) {
+func (c *followeeCache) put(userID uint64, version int64, e followees) {
+	e.version = version
+	authors := e.authors
 	st := c.stripe(userID)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -91,6 +96,6 @@ func (c *followeeCache) put(userID uint64, version int64, authors []uint64) {
 		delete(st.m, u)
 		st.ids -= len(e.authors)
 	}
-	st.m[userID] = followees{version: version, authors: authors}
+	st.m[userID] = e
 	st.ids += len(authors)
 }

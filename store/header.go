@@ -128,8 +128,9 @@ const feedPageSQL = `SELECT ` + inboxInOrder + ` 0 AS src, publish_time AS t, co
  ORDER BY publish_time DESC, content_id DESC LIMIT ?`
 
 // feedPagePullSQL is feedPageSQL after, in the same statement, the
-// followed authors that reads must pull (src 1: t = pull bits, a = author),
-// for a user whose header says there are some. The statement reads
+// followed authors that reads must pull (src 1: t = pull bits, a = author,
+// ft and fi = the edge's history bound, NULL for none), for a user whose
+// header says there are some. The statement reads
 // following before the inbox: with the inbox in RocksDB each engine reads
 // as of its own first read in the statement, and a backfill's inbox rows
 // show before its pending bit clears (openWithInnoDB), so a page that finds
@@ -138,8 +139,8 @@ const feedPageSQL = `SELECT ` + inboxInOrder + ` 0 AS src, publish_time AS t, co
 // connection's utf8mb4 in a UNION (error 1271), where MySQL and MariaDB
 // coerce.
 const feedPagePullSQL = `(SELECT 1 AS src, pull AS t, 0 AS id, author_id AS a, _ascii'' AS k,
- NULL AS ft, NULL AS fi, NULL AS lr, NULL AS act, NULL AS p, NULL AS fv
- FROM following FORCE INDEX (idx_following_pull) WHERE user_id = ? AND pull > 0 AND muted = 0)
+ history_time AS ft, history_id AS fi, NULL AS lr, NULL AS act, NULL AS p, NULL AS fv
+ FROM following FORCE INDEX (idx_following_reads) WHERE user_id = ? AND pull > 0 AND muted = 0)
 UNION ALL (` + feedPageSQL + `)`
 
 // readFeedPage runs one of the two page statements and parses its rows;
@@ -177,7 +178,11 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 		snap.Rows++
 		switch {
 		case src.V == 1:
-			snap.Pull = append(snap.Pull, PullAuthor{AuthorID: a.V, Pull: int(t.V)})
+			pa := PullAuthor{AuthorID: a.V, Pull: int(t.V)}
+			if ft.Valid {
+				pa.From = feed.Key{PublishTime: ft.V.V, ContentID: fi.V.V}
+			}
+			snap.Pull = append(snap.Pull, pa)
 		case t.V == maxTime && id.V == maxID:
 			if ft.Valid {
 				snap.Floor = &feed.Key{PublishTime: ft.V.V, ContentID: fi.V.V}

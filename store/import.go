@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"maps"
 	"slices"
 	"strings"
@@ -117,7 +118,7 @@ type ImportConflict struct {
 }
 
 const (
-	importFollowingHead  = `INSERT IGNORE INTO following (user_id, author_id, followed_at, pull, muted)`
+	importFollowingHead  = insertFollowingIgnoreHead
 	importFollowersHead  = `INSERT IGNORE INTO followers (author_id, user_id, followed_at)`
 	importPostsHead      = `INSERT IGNORE INTO posts (author_id, publish_time, content_id, kind, created_at)`
 	importDeliveriesHead = `INSERT IGNORE INTO deliveries (content_id, author_id, publish_time, kind, state, created_at)`
@@ -559,14 +560,30 @@ func (c *ImportCache) get(ctx context.Context, s *Store, authors []uint64) (map[
 
 // settleEdge is a following row of a user being settled.
 type settleEdge struct {
-	UserID   uint64 `db:"user_id"`
-	AuthorID uint64 `db:"author_id"`
-	Pull     int    `db:"pull"`
-	Muted    bool   `db:"muted"`
+	UserID      uint64           `db:"user_id"`
+	AuthorID    uint64           `db:"author_id"`
+	Pull        int              `db:"pull"`
+	Muted       bool             `db:"muted"`
+	HistoryTime sql.NullInt64    `db:"history_time"`
+	HistoryID   sql.Null[uint64] `db:"history_id"`
+}
+
+// visible returns the posts (newest first) the edge shows: those at or
+// above its copy limit's bound, if it has one.
+func (e settleEdge) visible(posts []feed.Post) []feed.Post {
+	if !e.HistoryTime.Valid {
+		return posts
+	}
+	bound := feed.Key{PublishTime: e.HistoryTime.Int64, ContentID: e.HistoryID.V}
+	n := 0
+	for n < len(posts) && !posts[n].Key().Less(bound) {
+		n++
+	}
+	return posts[:n]
 }
 
 const (
-	edgesOfSQL       = `SELECT user_id, author_id, pull, muted FROM following WHERE user_id IN (?)`
+	edgesOfSQL       = `SELECT user_id, author_id, pull, muted, history_time, history_id FROM following WHERE user_id IN (?)`
 	lockEdgesOfSQL   = edgesOfSQL + ` FOR UPDATE`
 	lockFilteredSQL  = `SELECT user_id, author_id FROM mutes WHERE user_id IN (?) FOR UPDATE`
 	markPullEdgeSQL  = `UPDATE following SET pull = pull | 1 WHERE user_id = ? AND author_id = ?`
@@ -675,7 +692,7 @@ func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, li
 			pulling = append(pulling, e.UserID)
 			continue
 		}
-		sources[e.UserID] = append(sources[e.UserID], author.posts)
+		sources[e.UserID] = append(sources[e.UserID], e.visible(author.posts))
 	}
 	if len(pulling) > 0 {
 		if err := execIn(ctx, tx, setPullsUsersSQL, pulling); err != nil {

@@ -26,6 +26,9 @@ type InboxRow struct {
 type PullAuthor struct {
 	AuthorID uint64
 	Pull     int // PullBelowActive and/or PullPending
+	// From is the oldest key of the author the user may see: the edge's
+	// history bound (a follow with a copy limit), zero for none.
+	From feed.Key
 }
 
 // FeedSnapshot is what one feed page starts from.
@@ -291,6 +294,9 @@ func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int
 
 const lockFollowingSQL = `SELECT muted FROM following WHERE user_id = ? AND author_id = ? FOR UPDATE`
 
+// lockEdgeSQL is lockFollowingSQL with the edge's history bound.
+const lockEdgeSQL = `SELECT muted, history_time, history_id FROM following WHERE user_id = ? AND author_id = ? FOR UPDATE`
+
 const insertInboxHead = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)`
 
 const settleFollowSQL = `UPDATE following SET pull = (pull & ?) | ? WHERE user_id = ? AND author_id = ?`
@@ -307,9 +313,11 @@ type BackfillResult struct {
 // cleared and, for a pull author, PullBelowActive set. The following row is
 // locked (FOR UPDATE; the row is the transaction's to settle anyway), so an
 // unfollow or a mute cannot slip between the check and the copy; a muted
-// edge gets nothing copied. If the author had limit posts or more, older ones are not
-// copied and the inbox floor rises to the oldest copied one. The inbox is
-// then trimmed back to limit.
+// edge gets nothing copied, and an edge with a history bound (a follow with
+// a copy limit) only the posts at or above it. If the author had limit
+// posts or more at or above the bound, older ones are not copied and the
+// inbox floor rises to the oldest copied one. The inbox is then trimmed
+// back to limit.
 func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int, pullAuthor bool) (BackfillResult, []feed.Post, error) {
 	ctx = s.pin(ctx)
 	var res BackfillResult
@@ -329,26 +337,38 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 		if err := openWithInnoDB(ctx, tx); err != nil {
 			return err
 		}
-		var floor *feed.Key
-		if len(posts) >= limit {
-			k := posts[len(posts)-1].Key()
-			floor = &k
-		}
 		// Take the floor lock first, as trims do, but raise the floor only
 		// for a live follow: with the edge gone nothing is copied and the
 		// inbox stays as complete as it was.
 		if err := raiseFloor(ctx, tx, userID, nil); err != nil {
 			return err
 		}
-		var muted bool
-		err := tx.GetContext(ctx, &muted, lockFollowingSQL, userID, authorID)
+		var edge struct {
+			Muted bool             `db:"muted"`
+			T     sql.NullInt64    `db:"history_time"`
+			ID    sql.Null[uint64] `db:"history_id"`
+		}
+		err := tx.GetContext(ctx, &edge, lockEdgeSQL, userID, authorID)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil
 		} else if err != nil {
 			return err
 		}
 		res.Followed = true
-		if muted {
+		var floor *feed.Key
+		if len(posts) >= limit {
+			k := posts[len(posts)-1].Key()
+			floor = &k
+		}
+		if edge.T.Valid {
+			// The bound cuts the list: what is kept is every post the
+			// follow shows, so the inbox needs no floor for it.
+			from := feed.Key{PublishTime: edge.T.Int64, ContentID: edge.ID.V}
+			if n := len(copied) - countBelow(copied, from); n < len(copied) {
+				copied, floor = copied[:n], nil
+			}
+		}
+		if edge.Muted {
 			// Filtered out: nothing to copy until the mark is lifted,
 			// which queues another backfill.
 			copied = nil
@@ -381,6 +401,16 @@ func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int
 		return res, nil, wrap("backfill", err)
 	}
 	return res, copied, nil
+}
+
+// countBelow counts the posts of a newest-first list older than from,
+// which lie at its end.
+func countBelow(posts []feed.Post, from feed.Key) int {
+	n := 0
+	for i := len(posts) - 1; i >= 0 && posts[i].Key().Less(from); i-- {
+		n++
+	}
+	return n
 }
 
 // RemoveFromInbox deletes the given posts of an author from a user's inbox:

@@ -20,6 +20,10 @@ import (
 // writes committed (hides, followers, whose rows are on the readers').
 
 // Move phases (moves.phase), in the order a move runs them.
+// repointFollowingSQL adds the follow of the new id a re-point gives, with
+// the whole history (no copy limit), unless the follower follows it already.
+const repointFollowingSQL = insertFollowingIgnoreHead + ` VALUES (?, ?, ?, ?, ?)`
+
 const (
 	MovePhaseMutes     = movePhaseMutes
 	MovePhaseFollows   = movePhaseFollows
@@ -473,15 +477,11 @@ func (s *Store) Repoint(ctx context.Context, userID, from, to uint64, now int64)
 			if err := purgeAuthor(ctx, tx, userID, from); err != nil {
 				return err
 			}
-			var n int
-			if err := tx.GetContext(ctx, &n, isFollowingSQL, userID, to); err != nil {
-				return err
-			}
-			if n == 0 && userID != to {
-				if _, err := tx.ExecContext(ctx, insertFollowingSQL, userID, to, now, PullPending, toIs.any()); err != nil {
+			if userID != to {
+				// A follow of to already there stays as it is.
+				if inserted, err = affected(tx.ExecContext(ctx, repointFollowingSQL, userID, to, now, PullPending, toIs.any())); err != nil {
 					return err
 				}
-				inserted = true
 			}
 			if err := recountPulls(ctx, tx, userID); err != nil {
 				return err

@@ -37,7 +37,7 @@ func TestRepoint(t *testing.T) {
 	if muted, err := st.ListMuted(ctx, user, 0, 10); err != nil || len(muted) != 1 || muted[0].AuthorID != to || muted[0].At != t0 {
 		t.Errorf("mutes %+v, %v; want the new id's, as of the old one's", muted, err)
 	}
-	if authors, _, err := st.FollowedAuthors(ctx, user, 0); err != nil || len(authors) != 0 {
+	if authors, _, _, err := st.FollowedAuthors(ctx, user, 0); err != nil || len(authors) != 0 {
 		t.Errorf("authors read %v, %v; want none: the new edge is muted", authors, err)
 	}
 	if again, err := st.Repoint(ctx, user, from, to, t0+2); err != nil || again != (store.Repointed{}) {

@@ -54,13 +54,20 @@ func newOutboxCache(ttl time.Duration, now func() time.Time) *outboxCache {
 	return &outboxCache{ttl: ttl, now: now, entries: map[uint64]outboxEntry{}}
 }
 
-// below returns up to limit cached posts older than before, or false when
+// below returns up to limit cached posts older than before and at or above
+// from (the zero key: no bound), or false when
 // the cache does not reach deep enough to know them all.
 // The result shares the entry's array (capped, so appending to it copies).
-func (e outboxEntry) below(before feed.Key, limit int) ([]feed.Post, bool) {
-	// Newest first: the posts older than before are a suffix.
+func (e outboxEntry) below(before, from feed.Key, limit int) ([]feed.Post, bool) {
+	// Newest first: the posts older than before are a suffix, and of
+	// those the ones at or above from a prefix.
 	i := sort.Search(len(e.posts), func(i int) bool { return e.posts[i].Key().Less(before) })
 	out := e.posts[i:]
+	if j := sort.Search(len(out), func(j int) bool { return out[j].Key().Less(from) }); j < len(out) {
+		// The entry reaches below from: it holds the whole range.
+		out = out[:min(j, limit)]
+		return out[:len(out):len(out)], true
+	}
 	if len(out) >= limit {
 		return out[:limit:limit], true
 	}
@@ -115,7 +122,7 @@ func (s *Store) PullCached(ctx context.Context, sources []PullSource, limit int,
 	for _, src := range sources {
 		if e, ok := c.get(src.AuthorID, now); !ok {
 			stale = append(stale, src)
-		} else if posts, ok := e.below(src.Before, limit); ok {
+		} else if posts, ok := e.below(src.Before, src.From, limit); ok {
 			out = append(out, posts)
 		} else {
 			direct = append(direct, src)
@@ -145,7 +152,7 @@ func (s *Store) PullCached(ctx context.Context, sources []PullSource, limit int,
 			head := newestOf(byAuthor[src.AuthorID], outboxCacheDepth)
 			e := outboxEntry{posts: head, complete: len(head) < outboxCacheDepth, at: now}
 			c.put(src.AuthorID, e)
-			if posts, ok := e.below(src.Before, limit); ok {
+			if posts, ok := e.below(src.Before, src.From, limit); ok {
 				out = append(out, posts)
 			} else {
 				direct = append(direct, src)

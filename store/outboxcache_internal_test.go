@@ -14,20 +14,24 @@ func TestOutboxEntryBelow(t *testing.T) {
 		name     string
 		complete bool
 		before   feed.Key
+		from     feed.Key
 		limit    int
 		want     []feed.Post
 		ok       bool
 	}{
-		{"first page fits", false, feed.Key{PublishTime: 100}, 2, head[:2], true},
-		{"bound inside equal times", false, feed.Key{PublishTime: 9, ContentID: 3}, 2, head[1:3], true},
-		{"runs out, more may exist", false, feed.Key{PublishTime: 9, ContentID: 2}, 5, head[2:], false},
-		{"runs out, author has no more", true, feed.Key{PublishTime: 9, ContentID: 2}, 5, head[2:], true},
-		{"below everything, complete", true, feed.Key{PublishTime: 5, ContentID: 1}, 3, nil, true},
-		{"below everything, incomplete", false, feed.Key{PublishTime: 1}, 3, nil, false},
+		{"first page fits", false, feed.Key{PublishTime: 100}, feed.Key{}, 2, head[:2], true},
+		{"bound inside equal times", false, feed.Key{PublishTime: 9, ContentID: 3}, feed.Key{}, 2, head[1:3], true},
+		{"runs out, more may exist", false, feed.Key{PublishTime: 9, ContentID: 2}, feed.Key{}, 5, head[2:], false},
+		{"runs out, author has no more", true, feed.Key{PublishTime: 9, ContentID: 2}, feed.Key{}, 5, head[2:], true},
+		{"below everything, complete", true, feed.Key{PublishTime: 5, ContentID: 1}, feed.Key{}, 3, nil, true},
+		{"below everything, incomplete", false, feed.Key{PublishTime: 1}, feed.Key{}, 3, nil, false},
+		{"cut at from, incomplete entry", false, feed.Key{PublishTime: 100}, feed.Key{PublishTime: 8, ContentID: 7}, 5, head[:3], true},
+		{"cut at from, limit first", false, feed.Key{PublishTime: 100}, feed.Key{PublishTime: 8, ContentID: 7}, 2, head[:2], true},
+		{"from below the entry", false, feed.Key{PublishTime: 100}, feed.Key{PublishTime: 4}, 5, head, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ok := outboxEntry{posts: head, complete: tt.complete}.below(tt.before, tt.limit)
+			got, ok := outboxEntry{posts: head, complete: tt.complete}.below(tt.before, tt.from, tt.limit)
 			if ok != tt.ok || len(got) != len(tt.want) {
 				t.Fatalf("below = %v, %v; want %v, %v", got, ok, tt.want, tt.ok)
 			}

@@ -34,13 +34,15 @@ const firstFollowersPartSQL = `(SELECT author_id, user_id FROM followers WHERE a
 // primary key (author_id, user_id) per post. As with a task's push (pushSQL), reading the edges
 // FOR UPDATE is the follow check, whose row locks serialise the push with an
 // unfollow's purge, and a follow not listed yet gets the post here and from
-// its backfill, once (INSERT IGNORE).
+// its backfill, once (INSERT IGNORE). An edge's history bound keeps out a
+// post backdated below it (historyShowsParamSQL).
 const (
 	pushPostsHead = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)
 SELECT f.user_id, p.publish_time, p.content_id, p.author_id, p.kind FROM (`
 	pushPostsFirst = `SELECT ? AS content_id, ? AS publish_time, ? AS author_id, ? AS kind`
 	pushPostsNext  = ` UNION ALL SELECT ?, ?, ?, ?`
-	pushPostsTail  = `) p STRAIGHT_JOIN following f FORCE INDEX (PRIMARY) ON f.author_id = p.author_id AND f.muted = 0 FOR UPDATE`
+	pushPostsTail  = `) p STRAIGHT_JOIN following f FORCE INDEX (PRIMARY) ON f.author_id = p.author_id AND f.muted = 0
+ AND (f.history_time IS NULL OR f.history_time < p.publish_time OR (f.history_time = p.publish_time AND f.history_id <= p.content_id)) FOR UPDATE`
 )
 
 // PushResult reports a PushDeliveries call.

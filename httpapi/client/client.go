@@ -128,6 +128,50 @@ func (c *Client) Unfollow(ctx context.Context, user, author uint64) error {
 	return err
 }
 
+// FollowLimited makes user follow author, bringing only the author's
+// copyLimit newest posts from before the follow into the feed
+// (?copy_limit=).
+func (c *Client) FollowLimited(ctx context.Context, user, author uint64, copyLimit int) error {
+	_, err := c.do(ctx, http.MethodPut, fmt.Sprintf("/v1/users/%d/following/%d?copy_limit=%d", user, author, copyLimit), nil, nil)
+	return err
+}
+
+// UnfollowKeepingHistory makes user stop following author but keeps the
+// author's posts the feed holds (?keep_history=true).
+func (c *Client) UnfollowKeepingHistory(ctx context.Context, user, author uint64) error {
+	_, err := c.do(ctx, http.MethodDelete, fmt.Sprintf("/v1/users/%d/following/%d?keep_history=true", user, author), nil, nil)
+	return err
+}
+
+// FollowPair is one follow of a FollowMany batch; a nil CopyLimit brings
+// the author's whole history.
+type FollowPair struct {
+	UserID    string `json:"user_id"`
+	AuthorID  string `json:"author_id"`
+	CopyLimit *int   `json:"copy_limit,omitempty"`
+}
+
+// FollowOutcome is what became of one pair of a batch: Status is
+// "created", "exists" or "error", with Error set for the last.
+type FollowOutcome struct {
+	UserID   string `json:"user_id"`
+	AuthorID string `json:"author_id"`
+	Status   string `json:"status"`
+	Error    *Error `json:"error"`
+}
+
+// FollowMany makes up to 1,000 follows in one request and returns each
+// pair's outcome in order (POST /v1/follows).
+func (c *Client) FollowMany(ctx context.Context, pairs []FollowPair) ([]FollowOutcome, error) {
+	var out struct {
+		Results []FollowOutcome `json:"results"`
+	}
+	_, err := c.do(ctx, http.MethodPost, "/v1/follows", struct {
+		Follows []FollowPair `json:"follows"`
+	}{pairs}, &out)
+	return out.Results, err
+}
+
 // Feed returns one page of the user's home feed.
 func (c *Client) Feed(ctx context.Context, user uint64, limit int, cursor string) (Page[Post], error) {
 	return getPage[Post](ctx, c, user, "/feed", limit, cursor)

@@ -40,6 +40,7 @@ var Keyed = []KeyedTable{
 	{"inbox", "user_id"},
 	{"following", "user_id"},
 	{"follow_events", "user_id"},
+	{"kept_history", "user_id"},
 	{"markers", "user_id"},
 	{"mutes", "user_id"},
 	{"replays", "user_id"},
