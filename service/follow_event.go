@@ -3,23 +3,35 @@ package service
 import (
 	"cmp"
 	"context"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"sync"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
 )
 
-// applyFollowEvents reconciles a few follow events of the shard, Workers at
-// a time: the author's followers row is made to match the following row as
-// it is now (so repeated operations collapse to the last), and a live
-// follow is backfilled. The batch reads its edges with one statement and
-// adds the live ones' followers rows with one transaction per author
-// database; the backfills run per event. An event that changed meanwhile
-// runs again; one that failed or was not started before a stop is released.
+// followEventBatch bounds the events one round claims, and
+// backfillChunk the users whose backfills one step merges (one
+// transaction): the events of follows made in a batch apply as a few
+// transactions.
+const (
+	followEventBatch = 64
+	backfillChunk    = 16
+)
+
+// applyFollowEvents reconciles a batch of follow events of the shard: the
+// author's followers row is made to match the following row as it is now
+// (so repeated operations collapse to the last), and the live follows are
+// backfilled. The batch reads its edges with one statement and adds the
+// live ones' followers rows with one transaction per author database
+// (addFollowers); the backfills of each few users are merged into one
+// transaction (store.BackfillMany). An event that changed meanwhile runs
+// again; one that failed or was not started before a stop is released.
 func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) (int, error) {
 	now, until := s.lease()
-	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, 4*s.cfg.Workers, rand.Uint64())
+	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, followEventBatch, rand.Uint64())
 	if err != nil {
 		return 0, err
 	}
@@ -36,25 +48,88 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) 
 		s.releaseFollowEvents(work, evs)
 		return len(evs), err
 	}
-	err = each(evs, s.cfg.Workers, func(ev store.FollowEvent) error {
+	// Replays first: reads merge the host's own replay list until the
+	// posts' backfill clears the pending bit.
+	var mu sync.Mutex
+	var firstErr error
+	var ready []store.FollowEvent
+	_ = each(evs, s.cfg.Workers, func(ev store.FollowEvent) error {
 		err := cmp.Or(ctx.Err(), failed[ev.AuthorID])
+		if _, live := edges[[2]uint64{ev.UserID, ev.AuthorID}]; err == nil && live {
+			ectx, cancel := s.stepContext(work)
+			_, err = s.store.BackfillReplays(ectx, ev.UserID, ev.AuthorID, s.cfg.InboxLimit)
+			cancel()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			s.releaseFollowEvents(work, []store.FollowEvent{ev})
+			firstErr = cmp.Or(firstErr, err)
+		} else {
+			ready = append(ready, ev)
+		}
+		return nil
+	})
+	ready, err = s.backfillEvents(ctx, work, sh, ready, edges, modes)
+	firstErr = cmp.Or(firstErr, err)
+	err = each(ready, s.cfg.Workers, func(ev store.FollowEvent) error {
+		err := ctx.Err()
 		if err == nil {
 			ectx, cancel := s.stepContext(work)
-			edge, live := edges[[2]uint64{ev.UserID, ev.AuthorID}]
-			err = s.applyFollowEvent(ectx, ev, edge, live, modes[ev.AuthorID])
+			_, live := edges[[2]uint64{ev.UserID, ev.AuthorID}]
+			err = s.finishFollowEvent(ectx, ev, live)
 			cancel()
 		}
 		if err != nil {
 			s.releaseFollowEvents(work, []store.FollowEvent{ev})
-			if ctx.Err() != nil {
-				return nil // stopping, not failing
-			}
 			return err
 		}
 		s.metrics.followEvents.Inc()
 		return nil
 	})
-	return len(evs), err
+	if ctx.Err() != nil {
+		return len(evs), nil // stopping, not failing
+	}
+	return len(evs), cmp.Or(firstErr, err)
+}
+
+// backfillEvents backfills the live follows of the events, backfillChunk
+// users a step, and returns the events to finish: those of a step that
+// failed are released.
+func (s *Service) backfillEvents(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow, modes map[uint64]int) ([]store.FollowEvent, error) {
+	byUser := map[uint64][]store.FollowEvent{}
+	for _, ev := range evs {
+		byUser[ev.UserID] = append(byUser[ev.UserID], ev)
+	}
+	var done []store.FollowEvent
+	var firstErr error
+	for users := range slices.Chunk(slices.Sorted(maps.Keys(byUser)), backfillChunk) {
+		var part []store.FollowEvent
+		var pairs []store.BackfillPair
+		for _, u := range users {
+			for _, ev := range byUser[u] {
+				part = append(part, ev)
+				if _, live := edges[[2]uint64{ev.UserID, ev.AuthorID}]; live {
+					pairs = append(pairs, store.BackfillPair{UserID: ev.UserID, AuthorID: ev.AuthorID, PullAuthor: modes[ev.AuthorID] != store.AuthorPush})
+				}
+			}
+		}
+		err := ctx.Err()
+		if err == nil && len(pairs) > 0 {
+			bctx, cancel := s.stepContext(work)
+			var rows int64
+			_, rows, err = s.store.BackfillMany(bctx, sh, pairs, s.cfg.InboxLimit)
+			cancel()
+			s.metrics.backfillRows.Add(float64(rows))
+		}
+		if err != nil {
+			s.releaseFollowEvents(work, part)
+			firstErr = cmp.Or(firstErr, err)
+			continue
+		}
+		done = append(done, part...)
+	}
+	return done, firstErr
 }
 
 // addFollowers reads the edges of the events' pairs and adds the followers
@@ -93,19 +168,13 @@ func (s *Service) releaseFollowEvents(work context.Context, evs []store.FollowEv
 	}
 }
 
-// applyFollowEvent finishes one event of a batch whose followers rows are
-// added: a live edge (its author's mode given) is backfilled, a gone one's
-// followers row removed.
-func (s *Service) applyFollowEvent(ctx context.Context, ev store.FollowEvent, edge feed.Follow, live bool, mode int) error {
+// finishFollowEvent finishes one event of a batch whose followers rows
+// are added and whose live follow is backfilled: a gone edge's followers
+// row is removed, the pair's hide copied to the author's list, and the
+// event deleted unless it changed meanwhile.
+func (s *Service) finishFollowEvent(ctx context.Context, ev store.FollowEvent, live bool) error {
 	var err error
-	if live {
-		// Replays first: reads merge the host's own replay list until
-		// the posts' backfill clears the pending bit.
-		_, err = s.store.BackfillReplays(ctx, ev.UserID, ev.AuthorID, s.cfg.InboxLimit)
-		if err == nil {
-			err = s.backfill(ctx, ev.UserID, ev.AuthorID, mode != store.AuthorPush)
-		}
-	} else {
+	if !live {
 		err = s.store.RemoveFollower(ctx, ev.AuthorID, ev.UserID)
 	}
 	if err == nil {
@@ -119,30 +188,4 @@ func (s *Service) applyFollowEvent(ctx context.Context, ev store.FollowEvent, ed
 		s.wake.notify() // changed meanwhile: released to run again
 	}
 	return err
-}
-
-// backfill copies the author's recent posts into the user's inbox, then
-// removes any of them deleted while it ran: a delete's sweep may have passed
-// this inbox before the copy landed.
-func (s *Service) backfill(ctx context.Context, userID, authorID uint64, pullAuthor bool) error {
-	res, posts, err := s.store.Backfill(ctx, userID, authorID, s.cfg.InboxLimit, pullAuthor)
-	if err != nil || !res.Followed || len(posts) == 0 {
-		return err
-	}
-	s.metrics.backfillRows.Add(float64(res.Copied))
-	ids := make([]uint64, len(posts))
-	for i, p := range posts {
-		ids[i] = p.ContentID
-	}
-	deleted, err := s.store.DeletedPosts(ctx, authorID, ids)
-	if err != nil || len(deleted) == 0 {
-		return err
-	}
-	var gone []feed.Post
-	for _, p := range posts {
-		if slices.Contains(deleted, p.ContentID) {
-			gone = append(gone, p)
-		}
-	}
-	return s.store.RemoveFromInbox(ctx, userID, gone)
 }

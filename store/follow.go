@@ -21,6 +21,8 @@ const (
 	// PullPending marks a follow whose backfill has not run: the whole
 	// outbox is merged until it does.
 	PullPending = 2
+
+	pullBelowActiveSQL = "1"
 )
 
 const insertFollowingHead = `INSERT INTO following (user_id, author_id, followed_at, pull, muted, history_time, history_id)`

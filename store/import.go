@@ -366,8 +366,6 @@ const countFollowersSQL = `SELECT author_id, COUNT(*) AS n FROM followers WHERE 
 
 const setFollowerCountSQL = `UPDATE authors SET follower_count = ? WHERE author_id = ?`
 
-const followersOfSQL = `SELECT user_id FROM following WHERE author_id = ? AND user_id > ? ORDER BY user_id LIMIT ?`
-
 // SettleImportAuthors does the second phase on sh: the authors given
 // followers get their counts from their followers rows (under the rows'
 // locks, which follow events take too) and, past pushThreshold, the
@@ -483,11 +481,11 @@ type ImportCache struct {
 	limit   int
 	held    int
 	bound   int
-	authors map[uint64]importedAuthor
+	authors map[uint64]authorOutbox
 }
 
-// importedAuthor is what settling needs of an author.
-type importedAuthor struct {
+// authorOutbox is what settling and backfills need of an author.
+type authorOutbox struct {
 	posts []feed.Post // the newest limit, newest first
 	mode  int         // AuthorPush, AuthorSwitching or AuthorPull
 }
@@ -495,7 +493,7 @@ type importedAuthor struct {
 // NewImportCache returns a cache of each author's newest limit posts,
 // holding up to bound posts.
 func NewImportCache(limit, bound int) *ImportCache {
-	return &ImportCache{limit: limit, bound: bound, authors: map[uint64]importedAuthor{}}
+	return &ImportCache{limit: limit, bound: bound, authors: map[uint64]authorOutbox{}}
 }
 
 const newestPostsPartSQL = `(SELECT ` + postsInOrder + ` content_id, author_id, publish_time, kind FROM posts
@@ -504,35 +502,25 @@ WHERE author_id = ? AND deleted = 0 ORDER BY publish_time DESC, content_id DESC 
 // outboxChunk bounds the authors one read of newest posts covers.
 const outboxChunk = 32
 
-// get returns the authors' entries, reading those the cache lacks. The
-// map is the caller's: a later reset of the cache leaves it whole.
-func (c *ImportCache) get(ctx context.Context, s *Store, authors []uint64) (map[uint64]importedAuthor, error) {
-	out := make(map[uint64]importedAuthor, len(authors))
-	var missing []uint64
-	c.mu.Lock()
-	for _, a := range authors {
-		if e, ok := c.authors[a]; ok {
-			out[a] = e
-		} else {
-			missing = append(missing, a)
-		}
-	}
-	c.mu.Unlock()
-	if len(missing) == 0 {
+// newestPosts reads each author's newest limit live posts (newest first)
+// and mode, a few authors a statement.
+func (s *Store) newestPosts(ctx context.Context, authors []uint64, limit int) (map[uint64]authorOutbox, error) {
+	out := make(map[uint64]authorOutbox, len(authors))
+	if len(authors) == 0 {
 		return out, nil
 	}
-	infos, err := s.AuthorInfos(ctx, missing)
+	infos, err := s.AuthorInfos(ctx, authors)
 	if err != nil {
 		return nil, err
 	}
 	got := map[uint64][]feed.Post{}
-	for sh, part := range s.groupByShard(missing) {
+	for sh, part := range s.groupByShard(authors) {
 		for chunk := range slices.Chunk(part, outboxChunk) {
 			parts := make([]string, len(chunk))
 			args := make([]any, 0, 2*len(chunk))
 			for i, a := range chunk {
 				parts[i] = newestPostsPartSQL
-				args = append(args, a, c.limit)
+				args = append(args, a, limit)
 			}
 			var rows []feed.Post
 			if err := sqlx.SelectContext(ctx, sh.pool(ctx), &rows, strings.Join(parts, " UNION ALL "), args...); err != nil {
@@ -543,17 +531,40 @@ func (c *ImportCache) get(ctx context.Context, s *Store, authors []uint64) (map[
 			}
 		}
 	}
+	for _, a := range authors {
+		ps := got[a]
+		slices.SortFunc(ps, feed.NewestFirst)
+		out[a] = authorOutbox{posts: ps, mode: infos[a].Mode}
+	}
+	return out, nil
+}
+
+// get returns the authors' entries, reading those the cache lacks. The
+// map is the caller's: a later reset of the cache leaves it whole.
+func (c *ImportCache) get(ctx context.Context, s *Store, authors []uint64) (map[uint64]authorOutbox, error) {
+	out := make(map[uint64]authorOutbox, len(authors))
+	var missing []uint64
+	c.mu.Lock()
+	for _, a := range authors {
+		if e, ok := c.authors[a]; ok {
+			out[a] = e
+		} else {
+			missing = append(missing, a)
+		}
+	}
+	c.mu.Unlock()
+	got, err := s.newestPosts(ctx, missing, c.limit)
+	if err != nil {
+		return nil, err
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.held > c.bound {
-		c.authors, c.held = map[uint64]importedAuthor{}, 0
+		c.authors, c.held = map[uint64]authorOutbox{}, 0
 	}
-	for _, a := range missing {
-		ps := got[a]
-		slices.SortFunc(ps, feed.NewestFirst)
-		e := importedAuthor{posts: ps, mode: infos[a].Mode}
+	for a, e := range got {
 		out[a], c.authors[a] = e, e
-		c.held += len(ps)
+		c.held += len(e.posts)
 	}
 	return out, nil
 }
@@ -640,7 +651,7 @@ func (s *Store) SettleImportUsers(ctx context.Context, id uint64, users []uint64
 }
 
 // settleUsers settles the users in tx and returns what it copied, by user.
-func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, limit int, outboxes map[uint64]importedAuthor) (map[uint64][]feed.Post, int64, error) {
+func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, limit int, outboxes map[uint64]authorOutbox) (map[uint64][]feed.Post, int64, error) {
 	if err := ensureHeaders(ctx, tx, users...); err != nil {
 		return nil, 0, err
 	}
@@ -699,87 +710,14 @@ func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, li
 			return nil, 0, err
 		}
 	}
-	// Only inboxes that held entries before can rank this copy out.
-	var held []uint64
-	if err := selectIn(ctx, tx, &held, heldSQL(len(users)), anys(users)...); err != nil {
-		return nil, 0, err
-	}
-	copied := map[uint64][]feed.Post{}
-	floors := map[uint64]feed.Key{}
-	var rows []InboxRow
-	for _, u := range users {
-		newest := mergeNewestPosts(sources[u], limit)
-		if len(newest) == limit {
-			floors[u] = newest[limit-1].Key()
-		}
-		copied[u] = newest
-		for _, p := range newest {
-			rows = append(rows, InboxRow{UserID: u, Post: p})
-		}
-	}
-	n, err := sqlconn.InsertRows(ctx, tx, insertInboxHead, 5, "", len(rows), func(i int) []any {
-		r := rows[i]
-		return []any{r.UserID, r.PublishTime, r.ContentID, r.AuthorID, r.Kind}
-	})
+	copied, n, err := fillInboxes(ctx, tx, users, sources, limit)
 	if err != nil {
-		return nil, 0, err
-	}
-	// Trim to the limit and raise the floors: to the oldest copy of a user
-	// with more posts than fit, or higher if entries already there rank it
-	// out.
-	cuts, err := inboxCuts(ctx, tx, held, limit)
-	if err != nil {
-		return nil, 0, err
-	}
-	for u, k := range floors {
-		if c, ok := cuts[u]; !ok || c.Less(k) {
-			cuts[u] = k
-		}
-	}
-	if _, err := cutInboxes(ctx, tx, cuts); err != nil {
 		return nil, 0, err
 	}
 	if err := execIn(ctx, tx, bumpFollowsSQL, users); err != nil {
 		return nil, 0, err
 	}
 	return copied, n, execIn(ctx, tx, deleteMarkSQL, id, markUser, users)
-}
-
-// heldPartSQL finds whether a user's inbox holds an entry, reading one.
-const heldPartSQL = `(SELECT user_id FROM inbox WHERE user_id = ? AND publish_time < 9223372036854775807 LIMIT 1)`
-
-// heldSQL asks which of n users' inboxes hold entries.
-func heldSQL(n int) string {
-	return strings.Repeat(heldPartSQL+" UNION ALL ", n-1) + heldPartSQL
-}
-
-func anys(ids []uint64) []any {
-	out := make([]any, len(ids))
-	for i, id := range ids {
-		out[i] = id
-	}
-	return out
-}
-
-// mergeNewestPosts merges lists sorted newest first into the newest limit
-// posts of them all.
-func mergeNewestPosts(lists [][]feed.Post, limit int) []feed.Post {
-	var out []feed.Post
-	pos := make([]int, len(lists))
-	for len(out) < limit {
-		best := -1
-		for i, l := range lists {
-			if pos[i] < len(l) && (best < 0 || lists[best][pos[best]].Key().Less(l[pos[i]].Key())) {
-				best = i
-			}
-		}
-		if best < 0 {
-			break
-		}
-		out = append(out, lists[best][pos[best]])
-		pos[best]++
-	}
-	return out
 }
 
 // uncopyDeleted takes out of each user's inbox the copies of posts deleted

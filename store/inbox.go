@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -82,28 +81,6 @@ func (s *Store) MarkRead(ctx context.Context, userID uint64, now, activeSince, i
 	ctx = s.pin(ctx)
 	_, err := s.ShardOf(userID).pool(ctx).ExecContext(ctx, markReadSQL, append(headerRow(userID, now, activeSince), inactiveBefore)...)
 	return wrap("mark read", err)
-}
-
-const setFloorSQL = `UPDATE inbox SET floor_time = ?, floor_id = ? WHERE user_id = ? AND ` + headerKeySQL
-
-// raiseFloor locks the user's header row and moves the floor up to key if it
-// is below it. Callers take this lock before touching the inbox, so trims
-// and backfills of one user queue on it.
-func raiseFloor(ctx context.Context, tx *sqlx.Tx, userID uint64, key *feed.Key) error {
-	// ensureHeaders leaves the row locked: reading the floor is only
-	// needed to compare it with key.
-	if err := ensureHeaders(ctx, tx, userID); err != nil || key == nil {
-		return err
-	}
-	floors, err := lockFloors(ctx, tx, []uint64{userID})
-	if err != nil {
-		return err
-	}
-	if len(floors) == 1 && !floors[0].lowerThan(*key) {
-		return nil
-	}
-	_, err = tx.ExecContext(ctx, setFloorSQL, key.PublishTime, key.ContentID, userID)
-	return err
 }
 
 // trimChunk bounds the users one trim statement covers.
@@ -294,12 +271,7 @@ func (s *Store) TrimInboxes(ctx context.Context, users []uint64, limit int) (int
 
 const lockFollowingSQL = `SELECT muted FROM following WHERE user_id = ? AND author_id = ? FOR UPDATE`
 
-// lockEdgeSQL is lockFollowingSQL with the edge's history bound.
-const lockEdgeSQL = `SELECT muted, history_time, history_id FROM following WHERE user_id = ? AND author_id = ? FOR UPDATE`
-
 const insertInboxHead = `INSERT IGNORE INTO inbox (user_id, publish_time, content_id, author_id, kind)`
-
-const settleFollowSQL = `UPDATE following SET pull = (pull & ?) | ? WHERE user_id = ? AND author_id = ?`
 
 // BackfillResult reports a backfill.
 type BackfillResult struct {
@@ -307,110 +279,226 @@ type BackfillResult struct {
 	Followed bool // false: the user no longer follows the author, nothing copied
 }
 
-// Backfill copies the author's newest posts (returned) (at most limit, read from the
-// author's shard) into the user's inbox, in one transaction on the user's
-// shard that also settles the following row's pull bits: the pending bit is
-// cleared and, for a pull author, PullBelowActive set. The following row is
-// locked (FOR UPDATE; the row is the transaction's to settle anyway), so an
-// unfollow or a mute cannot slip between the check and the copy; a muted
-// edge gets nothing copied, and an edge with a history bound (a follow with
-// a copy limit) only the posts at or above it. If the author had limit
-// posts or more at or above the bound, older ones are not copied and the
-// inbox floor rises to the oldest copied one. The inbox is then trimmed
-// back to limit.
+// Backfill copies the author's newest posts (returned) (at most limit, read
+// from the author's shard) into the user's inbox: BackfillMany for one
+// follow. The following row is locked (FOR UPDATE; the row is the
+// transaction's to settle anyway), so an unfollow or a mute cannot slip
+// between the check and the copy; the pending bit is cleared and, for a
+// pull author, PullBelowActive set. A muted edge gets nothing copied, and
+// an edge with a history bound (a follow with a copy limit) only the posts
+// at or above it. If the author had limit posts or more at or above the
+// bound, older ones are not copied and the inbox floor rises to the oldest
+// copied one. The inbox is then trimmed back to limit.
 func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int, pullAuthor bool) (BackfillResult, []feed.Post, error) {
-	ctx = s.pin(ctx)
-	var res BackfillResult
-	posts, err := s.ListPosts(ctx, authorID, feed.Key{PublishTime: maxTime, ContentID: maxID}, limit)
-	if err != nil {
-		return res, nil, err
-	}
-	setBits := 0
-	if pullAuthor {
-		setBits = PullBelowActive
-	}
-	var copied []feed.Post
-	err = s.ShardOf(userID).inTx(ctx, func(tx *sqlx.Tx) error {
-		res, copied = BackfillResult{}, posts
-		// The copied rows and the floor show before the follow's pending
-		// bit clears, which reads take for the inbox being complete.
-		if err := openWithInnoDB(ctx, tx); err != nil {
-			return err
-		}
-		// Take the floor lock first, as trims do, but raise the floor only
-		// for a live follow: with the edge gone nothing is copied and the
-		// inbox stays as complete as it was.
-		if err := raiseFloor(ctx, tx, userID, nil); err != nil {
-			return err
-		}
-		var edge struct {
-			Muted bool             `db:"muted"`
-			T     sql.NullInt64    `db:"history_time"`
-			ID    sql.Null[uint64] `db:"history_id"`
-		}
-		err := tx.GetContext(ctx, &edge, lockEdgeSQL, userID, authorID)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		} else if err != nil {
-			return err
-		}
-		res.Followed = true
-		var floor *feed.Key
-		if len(posts) >= limit {
-			k := posts[len(posts)-1].Key()
-			floor = &k
-		}
-		if edge.T.Valid {
-			// The bound cuts the list: what is kept is every post the
-			// follow shows, so the inbox needs no floor for it.
-			from := feed.Key{PublishTime: edge.T.Int64, ContentID: edge.ID.V}
-			if n := len(copied) - countBelow(copied, from); n < len(copied) {
-				copied, floor = copied[:n], nil
-			}
-		}
-		if edge.Muted {
-			// Filtered out: nothing to copy until the mark is lifted,
-			// which queues another backfill.
-			copied = nil
-		}
-		if floor != nil && len(copied) > 0 {
-			if err := raiseFloor(ctx, tx, userID, floor); err != nil {
-				return err
-			}
-		}
-		if res.Copied, err = sqlconn.InsertRows(ctx, tx, insertInboxHead, 5, "", len(copied), func(i int) []any {
-			p := copied[i]
-			return []any{userID, p.PublishTime, p.ContentID, p.AuthorID, p.Kind}
-		}); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, settleFollowSQL, PullBelowActive, setBits, userID, authorID); err != nil {
-			return err
-		}
-		if err := recountPulls(ctx, tx, userID); err != nil {
-			return err
-		}
-		cuts, err := inboxCuts(ctx, tx, []uint64{userID}, limit)
-		if err != nil {
-			return err
-		}
-		_, err = cutInboxes(ctx, tx, cuts)
-		return err
-	})
-	if err != nil {
-		return res, nil, wrap("backfill", err)
-	}
-	return res, copied, nil
+	followed, copied, n, err := s.backfill(ctx, s.ShardOf(userID), []BackfillPair{{UserID: userID, AuthorID: authorID, PullAuthor: pullAuthor}}, limit)
+	return BackfillResult{Copied: n, Followed: followed[[2]uint64{userID, authorID}]}, copied[userID], err
 }
 
-// countBelow counts the posts of a newest-first list older than from,
-// which lie at its end.
-func countBelow(posts []feed.Post, from feed.Key) int {
-	n := 0
-	for i := len(posts) - 1; i >= 0 && posts[i].Key().Less(from); i-- {
-		n++
+// BackfillPair is a follow whose backfill is due, and whether its author
+// pulls (the edge then gets PullBelowActive).
+type BackfillPair struct {
+	UserID, AuthorID uint64
+	PullAuthor       bool
+}
+
+const (
+	lockEdgesSQL = `SELECT user_id, author_id, pull, muted, history_time, history_id FROM following WHERE `
+	// settlePairsSQL settles the pull bits of backfilled edges: the
+	// pending bit cleared, PullBelowActive kept, and set for pull authors.
+	settlePairsSQL = `UPDATE following SET pull = (pull & ` + pullBelowActiveSQL + `) | ? WHERE `
+	// backfillUsers bounds the users one transaction of BackfillMany takes.
+	backfillUsers = 64
+)
+
+// BackfillMany is Backfill for many follows of users of sh: the authors'
+// newest posts are read once, and each user's follows are merged and
+// written as one (fillInboxes), with their edges settled, in one
+// transaction per backfillUsers users. It returns the pairs whose edge
+// was live, and the rows written. Copies of posts deleted meanwhile are
+// taken out after the commit, as Backfill's caller does.
+func (s *Store) BackfillMany(ctx context.Context, sh *Shard, pairs []BackfillPair, limit int) (map[[2]uint64]bool, int64, error) {
+	followed, _, n, err := s.backfill(ctx, sh, pairs, limit)
+	return followed, n, err
+}
+
+// backfill is BackfillMany, returning the posts copied by user too.
+func (s *Store) backfill(ctx context.Context, sh *Shard, pairs []BackfillPair, limit int) (map[[2]uint64]bool, map[uint64][]feed.Post, int64, error) {
+	ctx = s.pin(ctx)
+	byUser := map[uint64][]BackfillPair{}
+	var authors []uint64
+	for _, p := range pairs {
+		byUser[p.UserID] = append(byUser[p.UserID], p)
+		authors = append(authors, p.AuthorID)
 	}
-	return n
+	slices.Sort(authors)
+	outboxes, err := s.newestPosts(ctx, slices.Compact(authors), limit)
+	if err != nil {
+		return nil, nil, 0, wrap("backfill", err)
+	}
+	followed := map[[2]uint64]bool{}
+	all := map[uint64][]feed.Post{}
+	var total int64
+	users := slices.Sorted(maps.Keys(byUser))
+	for part := range slices.Chunk(users, backfillUsers) {
+		var batch []BackfillPair
+		for _, u := range part {
+			batch = append(batch, byUser[u]...)
+		}
+		var copied map[uint64][]feed.Post
+		var live map[[2]uint64]bool
+		var n int64
+		err := sh.inTx(ctx, func(tx *sqlx.Tx) error {
+			var err error
+			live, copied, n, err = backfillUsersTx(ctx, tx, part, batch, outboxes, limit)
+			return err
+		})
+		if err != nil {
+			return followed, all, total, wrap("backfill", err)
+		}
+		maps.Copy(followed, live)
+		maps.Copy(all, copied)
+		total += n
+		if err := s.uncopyDeleted(ctx, copied); err != nil {
+			return followed, all, total, err
+		}
+	}
+	return followed, all, total, nil
+}
+
+// backfillUsersTx does BackfillMany's work for the users (sorted) in tx.
+func backfillUsersTx(ctx context.Context, tx *sqlx.Tx, users []uint64, pairs []BackfillPair, outboxes map[uint64]authorOutbox, limit int) (map[[2]uint64]bool, map[uint64][]feed.Post, int64, error) {
+	// The copied rows and the floors show before the pending bits clear,
+	// which reads take for the inbox being complete.
+	if err := openWithInnoDB(ctx, tx); err != nil {
+		return nil, nil, 0, err
+	}
+	if err := ensureHeaders(ctx, tx, users...); err != nil {
+		return nil, nil, 0, err
+	}
+	args := make([]any, 0, 2*len(pairs))
+	for _, p := range pairs {
+		args = append(args, p.UserID, p.AuthorID)
+	}
+	var edges []settleEdge
+	if err := sqlx.SelectContext(ctx, tx, &edges, lockEdgesSQL+keyIn([]string{"user_id", "author_id"}, len(pairs))+` FOR UPDATE`, args...); err != nil {
+		return nil, nil, 0, err
+	}
+	live := map[[2]uint64]bool{}
+	sources := map[uint64][][]feed.Post{}
+	for _, e := range edges {
+		live[[2]uint64{e.UserID, e.AuthorID}] = true
+		if !e.Muted {
+			// Muted: nothing to copy until the mark is lifted, which
+			// queues another backfill.
+			sources[e.UserID] = append(sources[e.UserID], e.visible(outboxes[e.AuthorID].posts))
+		}
+	}
+	for _, bits := range []int{0, PullBelowActive} {
+		var set []any
+		for _, p := range pairs {
+			if live[[2]uint64{p.UserID, p.AuthorID}] && (bits != 0) == p.PullAuthor {
+				set = append(set, p.UserID, p.AuthorID)
+			}
+		}
+		if len(set) == 0 {
+			continue
+		}
+		q := settlePairsSQL + keyIn([]string{"user_id", "author_id"}, len(set)/2)
+		if _, err := tx.ExecContext(ctx, q, append([]any{bits}, set...)...); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	for _, u := range users {
+		if err := recountPulls(ctx, tx, u); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	copied, n, err := fillInboxes(ctx, tx, users, sources, limit)
+	return live, copied, n, err
+}
+
+// fillInboxes writes into each user's inbox the newest limit posts of its
+// sources (lists newest first, each an author's newest limit or all its
+// posts the user may see), raises the user's floor to the oldest of them
+// when they fill the limit, and cuts the inboxes that held entries already
+// back to the limit, their floors raised to the cut. It returns the posts
+// it wrote by user, and how many rows were new. The caller holds the users'
+// header rows. One merge per user writes limit rows at most, where a
+// backfill per source would write limit per source and trim.
+func fillInboxes(ctx context.Context, tx *sqlx.Tx, users []uint64, sources map[uint64][][]feed.Post, limit int) (map[uint64][]feed.Post, int64, error) {
+	// Only inboxes that held entries before can rank this copy out.
+	var held []uint64
+	if err := selectIn(ctx, tx, &held, heldSQL(len(users)), anys(users)...); err != nil {
+		return nil, 0, err
+	}
+	copied := map[uint64][]feed.Post{}
+	floors := map[uint64]feed.Key{}
+	var rows []InboxRow
+	for _, u := range users {
+		newest := mergeNewestPosts(sources[u], limit)
+		if len(newest) == limit {
+			floors[u] = newest[limit-1].Key()
+		}
+		copied[u] = newest
+		for _, p := range newest {
+			rows = append(rows, InboxRow{UserID: u, Post: p})
+		}
+	}
+	n, err := sqlconn.InsertRows(ctx, tx, insertInboxHead, 5, "", len(rows), func(i int) []any {
+		r := rows[i]
+		return []any{r.UserID, r.PublishTime, r.ContentID, r.AuthorID, r.Kind}
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	cuts, err := inboxCuts(ctx, tx, held, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	for u, k := range floors {
+		if c, ok := cuts[u]; !ok || c.Less(k) {
+			cuts[u] = k
+		}
+	}
+	_, err = cutInboxes(ctx, tx, cuts)
+	return copied, n, err
+}
+
+// heldPartSQL finds whether a user's inbox holds an entry, reading one.
+const heldPartSQL = `(SELECT user_id FROM inbox WHERE user_id = ? AND publish_time < 9223372036854775807 LIMIT 1)`
+
+// heldSQL asks which of n users' inboxes hold entries.
+func heldSQL(n int) string {
+	return strings.Repeat(heldPartSQL+" UNION ALL ", n-1) + heldPartSQL
+}
+
+func anys(ids []uint64) []any {
+	out := make([]any, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
+}
+
+// mergeNewestPosts merges lists sorted newest first into the newest limit
+// posts of them all.
+func mergeNewestPosts(lists [][]feed.Post, limit int) []feed.Post {
+	var out []feed.Post
+	pos := make([]int, len(lists))
+	for len(out) < limit {
+		best := -1
+		for i, l := range lists {
+			if pos[i] < len(l) && (best < 0 || lists[best][pos[best]].Key().Less(l[pos[i]].Key())) {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		out = append(out, lists[best][pos[best]])
+		pos[best]++
+	}
+	return out
 }
 
 // RemoveFromInbox deletes the given posts of an author from a user's inbox:

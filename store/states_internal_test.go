@@ -15,6 +15,7 @@ func TestStateCodes(t *testing.T) {
 		{"deliveryPending", deliveryPending, deliveryPendingSQL},
 		{"deliveryRunning", deliveryRunning, deliveryRunningSQL},
 		{"deliveryDone", deliveryDone, deliveryDoneSQL},
+		{"PullBelowActive", PullBelowActive, pullBelowActiveSQL},
 		{"deliveryParked", deliveryParked, deliveryParkedSQL},
 		{"ModePush", ModePush, modePushSQL},
 		{"AuthorPush", AuthorPush, authorPushSQL},

@@ -39,6 +39,7 @@ type importResult struct {
 	Stages                   []stageTime   // Import's stages, in order
 	Copied                   int64         // inbox entries the import wrote
 	Tables                   []ceilingTable
+	FollowRates              []followRate
 }
 
 // stageTime is how long a stage of the import took: from its first
@@ -164,6 +165,9 @@ func (b *bench) importing(ctx context.Context) (err error) {
 	res.Import, res.Copied, res.Stages = time.Since(start), rep.Copied, clock.times(start, time.Now())
 	b.log.Info("feedbench: I imported", "records", res.Records, "inbox_rows", res.Copied, "seconds", res.Import.Seconds(), "stages", fmt.Sprint(res.Stages))
 	if res.Tables, err = b.loadDataCeiling(ctx, dir, impName, ceilName); err != nil {
+		return err
+	}
+	if res.FollowRates, err = b.followRates(ctx, st, svc, res.Users); err != nil {
 		return err
 	}
 	b.rep.Import = res
@@ -339,6 +343,30 @@ func (r *report) renderImport(p func(string, ...any)) {
 	p("|---|---:|---:|---|")
 	p("| import / ceiling (the same rows' rate) | %.2f | ≥ %.1f | %s |", ratio, targetImport, verdict(ratio, targetImport))
 	p("| import with its check pass / ceiling | %.2f | — | (reported) |", ceil.Seconds()/(x.Import+x.Check).Seconds())
+	p("")
+	if len(x.FollowRates) == 0 {
+		return
+	}
+	p("Then %s new users each follow %d of the imported authors (drawn as the file draws them), in",
+		count(followUsers), followsPerUser)
+	p("process through the service with its workers running, once in batches and once one follow a")
+	p("call, each set of users its own. Accepted is until every call returned; applied, until every")
+	p("follow event was applied (the author's `followers` row and count, the backfill of the author's")
+	p("newest posts into the inbox).")
+	p("")
+	p("| way | clients | edges | accepted s | applied s | edges/s applied |")
+	p("|---|---:|---:|---:|---:|---:|")
+	for _, f := range x.FollowRates {
+		p("| %s | %d | %s | %.2f | %.2f | **%s** |", f.Way, f.Clients, count(f.Edges), f.Accepted.Seconds(), f.Applied.Seconds(), count(int(rate(int64(f.Edges), f.Applied))))
+	}
+	p("")
+	batch, single := x.FollowRates[0], x.FollowRates[1]
+	perEdge := rate(int64(batch.Edges), batch.Applied) / rate(x.Records, x.Import)
+	p("| ratio | value | target | verdict |")
+	p("|---|---:|---:|---|")
+	p("| batch follows / import (per edge, applied, against records/s) | %.2f | ≥ 1.0 | %s |", perEdge, verdict(perEdge, 1))
+	p("| batch follows / single follows (edges/s applied) | %.2f | — | (reported) |",
+		rate(int64(batch.Edges), batch.Applied)/rate(int64(single.Edges), single.Applied))
 	p("")
 }
 

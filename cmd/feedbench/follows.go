@@ -1,0 +1,144 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store"
+)
+
+// Phase I's second part follows the imported authors through the service,
+// in process, from new users: the same number of edges once as batches
+// of POST /v1/follows (service.FollowMany) and once as single follows
+// (service.Follow), with the workers running, until every follow event is
+// applied (followers rows added, backfills copied).
+
+// followRate is one way of following.
+type followRate struct {
+	Way      string
+	Clients  int
+	Edges    int
+	Accepted time.Duration // until every call returned
+	Applied  time.Duration // until no follow event was left
+}
+
+const (
+	followUsers     = 1000 // new users per way
+	followsPerUser  = 20
+	followBatch     = 1000 // pairs per FollowMany call
+	batchClients    = 4
+	singleClients   = 32 // as many as the clients of issue 46's measurement
+	followIdleLimit = 10 * time.Minute
+)
+
+// followEdges returns the pairs of users first..first+followUsers-1, each
+// following followsPerUser distinct imported authors (1..authors), drawn
+// as the import file draws them.
+func followEdges(first uint64, authors int) []feed.FollowRequest {
+	r := rand.New(rand.NewPCG(first, 2))
+	var out []feed.FollowRequest
+	for u := first; u < first+followUsers; u++ {
+		seen := map[uint64]bool{}
+		for len(seen) < followsPerUser {
+			a := 1 + uint64(float64(authors)*r.Float64()*r.Float64())
+			if !seen[a] {
+				seen[a] = true
+				out = append(out, feed.FollowRequest{UserID: u, AuthorID: a})
+			}
+		}
+	}
+	return out
+}
+
+// followRates measures both ways on st, whose authors 1..authors were
+// imported.
+func (b *bench) followRates(ctx context.Context, st *store.Store, svc *service.Service, authors int) ([]followRate, error) {
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); svc.RunWorkers(wctx, time.Second) }()
+	defer func() { stop(); <-done }()
+	base := uint64(authors) + 1
+	batched := followEdges(base, authors)
+	singles := followEdges(base+followUsers, authors)
+	var out []followRate
+	for _, way := range []struct {
+		name    string
+		clients int
+		calls   [][]feed.FollowRequest
+		call    func(context.Context, []feed.FollowRequest) error
+	}{
+		{"batches of 1,000 (`POST /v1/follows`)", batchClients, chunks(batched, followBatch), func(ctx context.Context, reqs []feed.FollowRequest) error {
+			res, err := svc.FollowMany(ctx, reqs)
+			for _, r := range res {
+				if err == nil && r.Err != nil {
+					err = r.Err
+				}
+			}
+			return err
+		}},
+		{"single follows (`PUT …/following/{author_id}`)", singleClients, chunks(singles, 1), func(ctx context.Context, reqs []feed.FollowRequest) error {
+			return svc.Follow(ctx, reqs[0].UserID, reqs[0].AuthorID)
+		}},
+	} {
+		start := time.Now()
+		if err := runCalls(ctx, way.clients, way.calls, way.call); err != nil {
+			return nil, fmt.Errorf("%s: %w", way.name, err)
+		}
+		accepted := time.Since(start)
+		if err := waitIdle(ctx, st, followIdleLimit); err != nil {
+			return nil, fmt.Errorf("%s: %w", way.name, err)
+		}
+		fr := followRate{Way: way.name, Clients: way.clients, Edges: len(way.calls) * len(way.calls[0]), Accepted: accepted, Applied: time.Since(start)}
+		b.log.Info("feedbench: I follows", "way", fr.Way, "edges", fr.Edges, "accepted_seconds", fr.Accepted.Seconds(), "applied_seconds", fr.Applied.Seconds())
+		out = append(out, fr)
+	}
+	return out, nil
+}
+
+func chunks(reqs []feed.FollowRequest, n int) [][]feed.FollowRequest {
+	var out [][]feed.FollowRequest
+	for i := 0; i < len(reqs); i += n {
+		out = append(out, reqs[i:min(i+n, len(reqs))])
+	}
+	return out
+}
+
+// runCalls makes the calls from clients goroutines and returns the first
+// error.
+func runCalls(ctx context.Context, clients int, calls [][]feed.FollowRequest, call func(context.Context, []feed.FollowRequest) error) error {
+	next := make(chan []feed.FollowRequest)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for reqs := range next {
+				if err := call(ctx, reqs); err != nil {
+					mu.Lock()
+					first = cmpErr(first, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for _, c := range calls {
+		next <- c
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
