@@ -17,7 +17,7 @@ import (
 // transaction): the events of follows made in a batch apply as a few
 // transactions.
 const (
-	followEventBatch = 64
+	followEventBatch = 256
 	backfillChunk    = 16
 )
 
@@ -72,25 +72,16 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) 
 	})
 	ready, err = s.backfillEvents(ctx, work, sh, ready, edges, modes)
 	firstErr = cmp.Or(firstErr, err)
-	err = each(ready, s.cfg.Workers, func(ev store.FollowEvent) error {
-		err := ctx.Err()
-		if err == nil {
-			ectx, cancel := s.stepContext(work)
-			_, live := edges[[2]uint64{ev.UserID, ev.AuthorID}]
-			err = s.finishFollowEvent(ectx, ev, live)
-			cancel()
-		}
-		if err != nil {
-			s.releaseFollowEvents(work, []store.FollowEvent{ev})
-			return err
-		}
-		s.metrics.followEvents.Inc()
-		return nil
-	})
+	if err := s.finishFollowEvents(ctx, work, sh, ready, edges); err != nil {
+		s.releaseFollowEvents(work, ready)
+		firstErr = cmp.Or(firstErr, err)
+	} else {
+		s.metrics.followEvents.Add(float64(len(ready)))
+	}
 	if ctx.Err() != nil {
 		return len(evs), nil // stopping, not failing
 	}
-	return len(evs), cmp.Or(firstErr, err)
+	return len(evs), firstErr
 }
 
 // backfillEvents backfills the live follows of the events, backfillChunk
@@ -168,23 +159,34 @@ func (s *Service) releaseFollowEvents(work context.Context, evs []store.FollowEv
 	}
 }
 
-// finishFollowEvent finishes one event of a batch whose followers rows
-// are added and whose live follow is backfilled: a gone edge's followers
-// row is removed, the pair's hide copied to the author's list, and the
-// event deleted unless it changed meanwhile.
-func (s *Service) finishFollowEvent(ctx context.Context, ev store.FollowEvent, live bool) error {
-	var err error
-	if !live {
-		err = s.store.RemoveFollower(ctx, ev.AuthorID, ev.UserID)
+// finishFollowEvents finishes events whose followers rows are added and
+// whose live follows are backfilled: the followers rows of gone edges are
+// removed, the pairs' hides copied to the authors' lists, and the events
+// deleted, but for those changed meanwhile, which are released to run
+// again.
+func (s *Service) finishFollowEvents(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow) error {
+	if len(evs) == 0 {
+		return nil
 	}
-	if err == nil {
-		err = s.store.SyncHidden(ctx, ev.UserID, ev.AuthorID)
-	}
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	gone, err := s.store.FinishFollowEvent(ctx, ev)
-	if err == nil && !gone {
+	fctx, cancel := s.stepContext(work)
+	defer cancel()
+	pairs := make([][2]uint64, len(evs))
+	for i, ev := range evs {
+		pairs[i] = [2]uint64{ev.UserID, ev.AuthorID}
+		if _, live := edges[pairs[i]]; !live {
+			if err := s.store.RemoveFollower(fctx, ev.AuthorID, ev.UserID); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.store.SyncHidden(fctx, sh, pairs); err != nil {
+		return err
+	}
+	released, err := s.store.FinishFollowEvents(fctx, sh, evs)
+	if err == nil && released > 0 {
 		s.wake.notify() // changed meanwhile: released to run again
 	}
 	return err

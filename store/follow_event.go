@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"slices"
+)
 
 // The follow_events queue: a follow or unfollow on the user's database,
 // applied to the author's followers and count on the author's database
@@ -33,22 +36,40 @@ func (j *FollowEvent) placingID() uint64 { return j.UserID }
 
 func (j *FollowEvent) setToken(token uint64) { j.Token = token }
 
-const finishFollowEventSQL = `DELETE FROM follow_events WHERE user_id = ? AND author_id = ? AND version = ? AND claim_token = ?`
+const (
+	finishFollowEventsHead = `DELETE FROM follow_events WHERE `
+	releaseFollowEventsSQL = `UPDATE follow_events SET claim_token = 0, claimed_until = 0 WHERE `
+)
 
-// FinishFollowEvent deletes the event if no newer operation arrived while it
-// was applied; otherwise it releases the claim so the event runs again and
-// reconciles with the newest state. It reports whether the event is gone.
-func (s *Store) FinishFollowEvent(ctx context.Context, ev FollowEvent) (bool, error) {
+// FinishFollowEvents deletes the events (all of sh) that no newer
+// operation changed while they were applied, and releases the others, so
+// that they run again and reconcile with the newest state; with two
+// statements a chunk. It reports how many it released.
+func (s *Store) FinishFollowEvents(ctx context.Context, sh *Shard, evs []FollowEvent) (int64, error) {
 	ctx = s.pin(ctx)
-	db := s.ShardOf(ev.UserID).pool(ctx)
-	r, err := db.ExecContext(ctx, finishFollowEventSQL, ev.UserID, ev.AuthorID, ev.Version, ev.Token)
-	if err != nil {
-		return false, wrap("finish follow event", err)
+	db := sh.pool(ctx)
+	var released int64
+	for chunk := range slices.Chunk(evs, followChunk) {
+		del := make([]any, 0, 4*len(chunk))
+		rel := make([]any, 0, 3*len(chunk))
+		for _, ev := range chunk {
+			del = append(del, ev.UserID, ev.AuthorID, ev.Version, ev.Token)
+			rel = append(rel, ev.UserID, ev.AuthorID, ev.Token)
+		}
+		if _, err := db.ExecContext(ctx, finishFollowEventsHead+keyIn([]string{"user_id", "author_id", "version", "claim_token"}, len(chunk)), del...); err != nil {
+			return released, wrap("finish follow events", err)
+		}
+		r, err := db.ExecContext(ctx, releaseFollowEventsSQL+keyIn([]string{"user_id", "author_id", "claim_token"}, len(chunk)), rel...)
+		if err != nil {
+			return released, wrap("finish follow events", err)
+		}
+		n, err := r.RowsAffected()
+		if err != nil {
+			return released, wrap("finish follow events", err)
+		}
+		released += n
 	}
-	if n, err := r.RowsAffected(); err != nil || n == 1 {
-		return n == 1, wrap("finish follow event", err)
-	}
-	return false, s.ReleaseFollowEvent(ctx, ev)
+	return released, nil
 }
 
 // ReleaseFollowEvent gives a claimed event back for any worker to retry.

@@ -452,8 +452,15 @@ func TestSwitchBesideRecount(t *testing.T) {
 	}
 }
 
-func TestFinishFollowEvent(t *testing.T) {
+func TestFinishFollowEvents(t *testing.T) {
 	t.Parallel()
+
+	finish := func(t *testing.T, st *store.Store, ev store.FollowEvent) int64 {
+		t.Helper()
+		released, err := st.FinishFollowEvents(t.Context(), st.Shards()[0], []store.FollowEvent{ev})
+		must(t, err)
+		return released
+	}
 
 	claimOne := func(t *testing.T, st *store.Store, now int64) store.FollowEvent {
 		t.Helper()
@@ -474,10 +481,8 @@ func TestFinishFollowEvent(t *testing.T) {
 		if ev.UserID != 1 || ev.AuthorID != 2 || ev.Version != 1 {
 			t.Fatalf("event %+v", ev)
 		}
-		gone, err := st.FinishFollowEvent(t.Context(), ev)
-		must(t, err)
-		if !gone {
-			t.Error("FinishFollowEvent = false for an unchanged event")
+		if released := finish(t, st, ev); released != 0 {
+			t.Error("an unchanged event was released, not deleted")
 		}
 		if b, err := st.Backlog(t.Context()); err != nil || !b.Idle() {
 			t.Errorf("backlog %+v %v, want idle", b, err)
@@ -492,10 +497,8 @@ func TestFinishFollowEvent(t *testing.T) {
 		ev := claimOne(t, st, t0)
 		must(t, st.Unfollow(t.Context(), 1, 2, t0+1)) // bumps the version meanwhile
 
-		gone, err := st.FinishFollowEvent(t.Context(), ev)
-		must(t, err)
-		if gone {
-			t.Fatal("FinishFollowEvent = true although the version changed")
+		if released := finish(t, st, ev); released != 1 {
+			t.Fatal("an event whose version changed was not released")
 		}
 		// Released: claimable at once, at the new version.
 		again := claimOne(t, st, t0+2)
@@ -503,14 +506,17 @@ func TestFinishFollowEvent(t *testing.T) {
 			t.Errorf("reclaimed version %d, want 2", again.Version)
 		}
 		// A stale token neither deletes nor releases it.
-		if gone, err := st.FinishFollowEvent(t.Context(), ev); err != nil || gone {
-			t.Errorf("stale finish: gone=%v err=%v", gone, err)
+		if released := finish(t, st, ev); released != 0 {
+			t.Errorf("a stale finish released %d events", released)
 		}
 		if evs, err := st.ClaimFollowEvents(t.Context(), st.Shards()[0], t0+3, t0+lease, 10, newToken()); err != nil || len(evs) != 0 {
 			t.Errorf("a stale finish released the event: %+v %v", evs, err)
 		}
-		if gone, err := st.FinishFollowEvent(t.Context(), again); err != nil || !gone {
-			t.Errorf("finish: gone=%v err=%v", gone, err)
+		if released := finish(t, st, again); released != 0 {
+			t.Errorf("finish released %d events, want the event deleted", released)
+		}
+		if b, err := st.Backlog(t.Context()); err != nil || !b.Idle() {
+			t.Errorf("backlog %+v %v, want idle", b, err)
 		}
 	})
 }

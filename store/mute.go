@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // A mute (the reader's choice) and a hide (the author's) have one effect on
@@ -130,27 +132,68 @@ func (s *Store) SetFilter(ctx context.Context, f Filter, userID, authorID uint64
 	return backfill, wrap("set filter", err)
 }
 
-const getHiddenSQL = `SELECT hidden_at FROM mutes WHERE user_id = ? AND author_id = ? AND hidden_at IS NOT NULL`
+const hiddenPairsSQL = `SELECT user_id, author_id, hidden_at FROM mutes WHERE hidden_at IS NOT NULL AND `
 
-const upsertHiddenFromSQL = `INSERT INTO hidden_from (author_id, user_id, hidden_at) VALUES (?, ?, ?)
-ON DUPLICATE KEY UPDATE hidden_at = VALUES(hidden_at)`
+const (
+	upsertHiddenFromHead = `INSERT INTO hidden_from (author_id, user_id, hidden_at)`
+	upsertHiddenFromTail = ` ON DUPLICATE KEY UPDATE hidden_at = VALUES(hidden_at)`
+	deleteHiddenFromHead = `DELETE FROM hidden_from WHERE `
+)
 
-const deleteHiddenFromSQL = `DELETE FROM hidden_from WHERE author_id = ? AND user_id = ?`
-
-// SyncHidden makes the author's hidden_from row for the user match the
-// user's mutes row as it is now: the follow event's share of a hide.
-func (s *Store) SyncHidden(ctx context.Context, userID, authorID uint64) error {
+// SyncHidden makes the authors' hidden_from rows for the users of pairs
+// (user, author), all users of sh, match the users' mutes rows as they are
+// now: the follow events' share of a hide. It reads the pairs' hides with
+// one statement, and writes each author database's share with two.
+func (s *Store) SyncHidden(ctx context.Context, sh *Shard, pairs [][2]uint64) error {
 	ctx = s.pin(ctx)
-	var at int64
-	err := sqlx.GetContext(ctx, s.ShardOf(userID).pool(ctx), &at, getHiddenSQL, userID, authorID)
-	db := s.ShardOf(authorID).pool(ctx)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		_, err = db.ExecContext(ctx, deleteHiddenFromSQL, authorID, userID)
-	case err == nil:
-		_, err = db.ExecContext(ctx, upsertHiddenFromSQL, authorID, userID, at)
+	hidden := map[[2]uint64]int64{}
+	for chunk := range slices.Chunk(pairs, followChunk) {
+		var rows []struct {
+			UserID   uint64 `db:"user_id"`
+			AuthorID uint64 `db:"author_id"`
+			At       int64  `db:"hidden_at"`
+		}
+		if err := sqlx.SelectContext(ctx, sh.pool(ctx), &rows, hiddenPairsSQL+keyIn([]string{"user_id", "author_id"}, len(chunk)), flatPairs(chunk)...); err != nil {
+			return wrap("sync hidden", err)
+		}
+		for _, r := range rows {
+			hidden[[2]uint64{r.UserID, r.AuthorID}] = r.At
+		}
 	}
-	return wrap("sync hidden", err)
+	byAuthorShard := map[*Shard][][2]uint64{}
+	for _, p := range pairs {
+		a := s.ShardOf(p[1])
+		byAuthorShard[a] = append(byAuthorShard[a], p)
+	}
+	for ash, ps := range byAuthorShard {
+		var set, unset []any
+		for _, p := range ps {
+			if at, ok := hidden[p]; ok {
+				set = append(set, p[1], p[0], at)
+			} else {
+				unset = append(unset, p[1], p[0])
+			}
+		}
+		db := ash.pool(ctx)
+		if _, err := sqlconn.InsertRows(ctx, db, upsertHiddenFromHead, 3, upsertHiddenFromTail, len(set)/3, func(i int) []any { return set[3*i : 3*i+3] }); err != nil {
+			return wrap("sync hidden", err)
+		}
+		for chunk := range slices.Chunk(unset, 2*followChunk) {
+			if _, err := db.ExecContext(ctx, deleteHiddenFromHead+keyIn([]string{"author_id", "user_id"}, len(chunk)/2), chunk...); err != nil {
+				return wrap("sync hidden", err)
+			}
+		}
+	}
+	return nil
+}
+
+// flatPairs lists the pairs' ids in order, as arguments of keyIn.
+func flatPairs(pairs [][2]uint64) []any {
+	out := make([]any, 0, 2*len(pairs))
+	for _, p := range pairs {
+		out = append(out, p[0], p[1])
+	}
+	return out
 }
 
 const listMutedSQL = `SELECT user_id, author_id, muted_at AS at FROM mutes
