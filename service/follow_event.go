@@ -6,7 +6,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
-	"sync"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -48,28 +47,16 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) 
 		s.releaseFollowEvents(work, evs)
 		return len(evs), err
 	}
-	// Replays first: reads merge the host's own replay list until the
-	// posts' backfill clears the pending bit.
-	var mu sync.Mutex
 	var firstErr error
 	var ready []store.FollowEvent
-	_ = each(evs, s.cfg.Workers, func(ev store.FollowEvent) error {
-		err := cmp.Or(ctx.Err(), failed[ev.AuthorID])
-		if _, live := edges[[2]uint64{ev.UserID, ev.AuthorID}]; err == nil && live {
-			ectx, cancel := s.stepContext(work)
-			_, err = s.store.BackfillReplays(ectx, ev.UserID, ev.AuthorID, s.cfg.InboxLimit)
-			cancel()
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
+	for _, ev := range evs {
+		if err := failed[ev.AuthorID]; err != nil {
 			s.releaseFollowEvents(work, []store.FollowEvent{ev})
 			firstErr = cmp.Or(firstErr, err)
 		} else {
 			ready = append(ready, ev)
 		}
-		return nil
-	})
+	}
 	ready, err = s.backfillEvents(ctx, work, sh, ready, edges, modes)
 	firstErr = cmp.Or(firstErr, err)
 	if err := s.finishFollowEvents(ctx, work, sh, ready, edges); err != nil {
@@ -108,10 +95,8 @@ func (s *Service) backfillEvents(ctx, work context.Context, sh *store.Shard, evs
 		err := ctx.Err()
 		if err == nil && len(pairs) > 0 {
 			bctx, cancel := s.stepContext(work)
-			var rows int64
-			_, rows, err = s.store.BackfillMany(bctx, sh, pairs, s.cfg.InboxLimit)
+			err = s.backfill(bctx, sh, pairs)
 			cancel()
-			s.metrics.backfillRows.Add(float64(rows))
 		}
 		if err != nil {
 			s.releaseFollowEvents(work, part)
@@ -157,6 +142,22 @@ func (s *Service) releaseFollowEvents(work context.Context, evs []store.FollowEv
 	for _, ev := range evs {
 		s.released("follow event", s.store.ReleaseFollowEvent(rctx, ev))
 	}
+}
+
+// backfill copies the pairs' replays, then their posts: reads merge the
+// hosts' own replay lists until the posts' backfill clears the pending
+// bits.
+func (s *Service) backfill(ctx context.Context, sh *store.Shard, pairs []store.BackfillPair) error {
+	hosts := make([][2]uint64, len(pairs))
+	for i, p := range pairs {
+		hosts[i] = [2]uint64{p.UserID, p.AuthorID}
+	}
+	if _, err := s.store.BackfillReplays(ctx, sh, hosts, s.cfg.InboxLimit); err != nil {
+		return err
+	}
+	_, rows, err := s.store.BackfillMany(ctx, sh, pairs, s.cfg.InboxLimit)
+	s.metrics.backfillRows.Add(float64(rows))
+	return err
 }
 
 // finishFollowEvents finishes events whose followers rows are added and

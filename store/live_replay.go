@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"math"
+	"slices"
 
 	"github.com/jmoiron/sqlx"
 
@@ -139,56 +140,81 @@ func (s *Store) TrimReplays(ctx context.Context, users []uint64, limit int) (int
 
 const insertReplaysHead = `INSERT IGNORE INTO replays (user_id, ended_at, stream_id, host_id)`
 
-const hostReplayRowsSQL = `SELECT stream_id, host_id FROM replays WHERE user_id = ? AND host_id = ?`
+const heldReplaysSQL = `SELECT user_id, stream_id, host_id FROM replays WHERE `
 
 const deleteReplaySQL = `DELETE FROM replays WHERE user_id = ? AND stream_id = ? AND host_id = ?`
 
-// BackfillReplays copies the host's newest replays (at most limit) into
-// the viewer's replays list, under the floor's lock and the following
-// row's (so an unfollow or a mute cannot slip between the check and the
-// copy; nothing is copied for an edge that is gone or muted), raising the
-// floor to the oldest copied when the host had limit replays or more, and
-// trims the list back to limit. It then drops every replay of the host
-// that the list holds and the host has deleted: a retraction sweeps only
-// live edges, so one that ran while the viewer did not follow the host left
-// its replay behind. Run it while the edge is still pending backfill (reads
-// merge the host's own list meanwhile), before the posts' Backfill clears
-// the bit.
-func (s *Store) BackfillReplays(ctx context.Context, userID, hostID uint64, limit int) (copied int64, err error) {
+// BackfillReplays copies, for each pair (viewer, host) of viewers of sh,
+// the host's newest replays (at most limit) into the viewer's replays
+// list, under the floor's lock and the following row's (so an unfollow or
+// a mute cannot slip between the check and the copy; nothing is copied
+// for an edge that is gone or muted), raising the floor to the oldest
+// copied when the host had limit replays or more, and trims the list back
+// to limit. It then drops every replay of the pairs' hosts that the lists
+// hold and the hosts have deleted: a retraction sweeps only live edges, so
+// one that ran while the viewer did not follow the host left its replay
+// behind. The hosts' lists are read at once, and the lists held with one
+// statement a chunk of pairs. Run it while the edges are still pending
+// backfill (reads merge the hosts' own lists meanwhile), before the posts'
+// backfill clears the bits.
+func (s *Store) BackfillReplays(ctx context.Context, sh *Shard, pairs [][2]uint64, limit int) (copied int64, err error) {
 	ctx = s.pin(ctx)
-	reps, err := s.HostReplays(ctx, []PullSource{{AuthorID: hostID, Before: Top}}, limit, 0)
+	if len(pairs) == 0 {
+		return 0, nil
+	}
+	var srcs []PullSource
+	seen := map[uint64]bool{}
+	for _, p := range pairs {
+		if !seen[p[1]] {
+			seen[p[1]] = true
+			srcs = append(srcs, PullSource{AuthorID: p[1], Before: Top})
+		}
+	}
+	reps, err := s.HostReplays(ctx, srcs, limit, 0)
 	if err != nil {
 		return 0, err
 	}
-	sh := s.ShardOf(userID)
+	byHost := map[uint64][]feed.Stream{}
+	for _, r := range reps {
+		byHost[r.HostID] = append(byHost[r.HostID], r)
+	}
+	for _, p := range pairs {
+		if r := byHost[p[1]]; len(r) > 0 {
+			n, err := copyReplays(ctx, sh, p[0], p[1], r, limit)
+			copied += n
+			if err != nil {
+				return copied, wrap("backfill replays", err)
+			}
+		}
+	}
 	db := sh.pool(ctx)
-	if len(reps) > 0 {
-		copied, err = copyReplays(ctx, sh, userID, hostID, reps, limit)
-	}
-	if err != nil {
-		return copied, wrap("backfill replays", err)
-	}
-	var rows []struct {
-		StreamID uint64 `db:"stream_id"`
-		HostID   uint64 `db:"host_id"`
-	}
-	if err := sqlx.SelectContext(ctx, db, &rows, hostReplayRowsSQL, userID, hostID); err != nil || len(rows) == 0 {
-		return copied, wrap("backfill replays", err)
-	}
-	held := make([]feed.Stream, len(rows))
-	for i, r := range rows {
-		held[i] = feed.Stream{StreamID: r.StreamID, HostID: r.HostID}
-	}
-	live, err := s.LiveStreams(ctx, held)
-	if err != nil {
-		return copied, err
-	}
-	for _, r := range held {
-		if _, ok := live[r.StreamID]; ok {
+	for chunk := range slices.Chunk(pairs, followChunk) {
+		var rows []struct {
+			UserID   uint64 `db:"user_id"`
+			StreamID uint64 `db:"stream_id"`
+			HostID   uint64 `db:"host_id"`
+		}
+		if err := sqlx.SelectContext(ctx, db, &rows, heldReplaysSQL+keyIn([]string{"user_id", "host_id"}, len(chunk)), flatPairs(chunk)...); err != nil || len(rows) == 0 {
+			if err != nil {
+				return copied, wrap("backfill replays", err)
+			}
 			continue
 		}
-		if _, err := db.ExecContext(ctx, deleteReplaySQL, userID, r.StreamID, hostID); err != nil {
-			return copied, wrap("backfill replays", err)
+		held := make([]feed.Stream, len(rows))
+		for i, r := range rows {
+			held[i] = feed.Stream{StreamID: r.StreamID, HostID: r.HostID}
+		}
+		live, err := s.LiveStreams(ctx, held)
+		if err != nil {
+			return copied, err
+		}
+		for _, r := range rows {
+			if _, ok := live[r.StreamID]; ok {
+				continue
+			}
+			if _, err := db.ExecContext(ctx, deleteReplaySQL, r.UserID, r.StreamID, r.HostID); err != nil {
+				return copied, wrap("backfill replays", err)
+			}
 		}
 	}
 	return copied, nil
