@@ -132,7 +132,7 @@ func defaultOptions() options {
 		SteadyTurnovers:  2,
 		ReshardUsers:     3000,
 		ReshardInboxRows: 100,
-		ImportUsers:      20000,
+		ImportUsers:      10000,
 		ImportFollows:    50,
 		ImportPosts:      30,
 		Streams:          2000,
