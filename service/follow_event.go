@@ -57,29 +57,22 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) 
 			ready = append(ready, ev)
 		}
 	}
-	ready, err = s.backfillEvents(ctx, work, sh, ready, edges, modes)
-	firstErr = cmp.Or(firstErr, err)
-	if err := s.finishFollowEvents(ctx, work, sh, ready, edges); err != nil {
-		s.releaseFollowEvents(work, ready)
-		firstErr = cmp.Or(firstErr, err)
-	} else {
-		s.metrics.followEvents.Add(float64(len(ready)))
-	}
+	firstErr = cmp.Or(firstErr, s.applyBackfills(ctx, work, sh, ready, edges, modes))
 	if ctx.Err() != nil {
 		return len(evs), nil // stopping, not failing
 	}
 	return len(evs), firstErr
 }
 
-// backfillEvents backfills the live follows of the events, backfillChunk
-// users a step, and returns the events to finish: those of a step that
-// failed are released.
-func (s *Service) backfillEvents(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow, modes map[uint64]int) ([]store.FollowEvent, error) {
+// applyBackfills backfills the live follows of the events and finishes
+// them, backfillChunk users a step (one transaction of the backfills), so
+// a stop or a crash leaves the steps done finished. A step that fails has
+// its events released.
+func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow, modes map[uint64]int) error {
 	byUser := map[uint64][]store.FollowEvent{}
 	for _, ev := range evs {
 		byUser[ev.UserID] = append(byUser[ev.UserID], ev)
 	}
-	var done []store.FollowEvent
 	var firstErr error
 	for users := range slices.Chunk(slices.Sorted(maps.Keys(byUser)), backfillChunk) {
 		var part []store.FollowEvent
@@ -93,9 +86,14 @@ func (s *Service) backfillEvents(ctx, work context.Context, sh *store.Shard, evs
 			}
 		}
 		err := ctx.Err()
-		if err == nil && len(pairs) > 0 {
+		if err == nil {
 			bctx, cancel := s.stepContext(work)
-			err = s.backfill(bctx, sh, pairs)
+			if len(pairs) > 0 {
+				err = s.backfill(bctx, sh, pairs)
+			}
+			if err == nil {
+				err = s.finishFollowEvents(bctx, sh, part, edges)
+			}
 			cancel()
 		}
 		if err != nil {
@@ -103,9 +101,9 @@ func (s *Service) backfillEvents(ctx, work context.Context, sh *store.Shard, evs
 			firstErr = cmp.Or(firstErr, err)
 			continue
 		}
-		done = append(done, part...)
+		s.metrics.followEvents.Add(float64(len(part)))
 	}
-	return done, firstErr
+	return firstErr
 }
 
 // addFollowers reads the edges of the events' pairs and adds the followers
@@ -165,15 +163,7 @@ func (s *Service) backfill(ctx context.Context, sh *store.Shard, pairs []store.B
 // removed, the pairs' hides copied to the authors' lists, and the events
 // deleted, but for those changed meanwhile, which are released to run
 // again.
-func (s *Service) finishFollowEvents(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow) error {
-	if len(evs) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	fctx, cancel := s.stepContext(work)
-	defer cancel()
+func (s *Service) finishFollowEvents(fctx context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow) error {
 	pairs := make([][2]uint64, len(evs))
 	for i, ev := range evs {
 		pairs[i] = [2]uint64{ev.UserID, ev.AuthorID}
