@@ -237,16 +237,24 @@ func capped(err error) (itemOutcome, error) {
 // repointBatch re-points the next readers of the old id's hidden_from list
 // (hides phase) or followers list (followers phase): each one's follow of
 // and marks about the old id become the new id's, on the reader's
-// database. The lists trail the follow events each re-point queues, so a
-// pass that found rows is followed by another once a poll interval has
-// passed, and the phase ends with a pass that finds none.
+// database. The lists trail the follow events (each re-point queues some,
+// and follows made before the move may still wait for theirs), so a pass
+// that found rows is followed by another once a poll interval has passed,
+// and the phase ends with a pass that finds none, no event about the old
+// id pending.
 func (s *Service) repointBatch(ctx context.Context, job *store.MoveJob, step store.MoveStep) (int64, error) {
 	users, err := s.moveReaders(ctx, job)
 	if err != nil {
 		return 0, err
 	}
 	if len(users) == 0 {
-		step.Next = job.PassRows == 0
+		// The lists show a follow or a hide once its event is applied: the
+		// phase ends with a pass that finds none and none pending.
+		pending, err := s.store.FollowEventsPending(ctx, job.From)
+		if err != nil {
+			return 0, err
+		}
+		step.Next = job.PassRows == 0 && !pending
 		step.Repass = !step.Next
 		step.RetryAt = s.now().Add(s.cfg.PollInterval).UnixMilli()
 		return 0, s.store.AdvanceMove(ctx, job, step)

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"slices"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // The follow_events queue: a follow or unfollow on the user's database,
@@ -76,4 +78,23 @@ func (s *Store) FinishFollowEvents(ctx context.Context, sh *Shard, evs []FollowE
 func (s *Store) ReleaseFollowEvent(ctx context.Context, ev FollowEvent) error {
 	ctx = s.pin(ctx)
 	return release(ctx, s.ShardOf(ev.UserID).pool(ctx), followEventClaims, ev.claimKey(), ev.Token)
+}
+
+const pendingOfAuthorSQL = `SELECT author_id FROM follow_events WHERE author_id = ? LIMIT 1`
+
+// FollowEventsPending reports whether some follow or unfollow of the
+// author, on any database, has its event not applied yet: the author's
+// followers list does not show it yet. It scans each database's queue,
+// which holds only the events not yet applied.
+func (s *Store) FollowEventsPending(ctx context.Context, authorID uint64) (bool, error) {
+	for _, sh := range s.shards {
+		var found []uint64
+		if err := sqlx.SelectContext(ctx, sh.pool(ctx), &found, pendingOfAuthorSQL, authorID); err != nil {
+			return false, wrap("follow events pending", err)
+		}
+		if len(found) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
