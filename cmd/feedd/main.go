@@ -114,12 +114,16 @@ func (m *Main) ParseFlags(args []string) error {
 	switch m.Command {
 	case "import":
 		// feedd import [flags] FILE
+		more = append(more, m.Import.register)
 		if len(flags) == 0 || (strings.HasPrefix(flags[len(flags)-1], "-") && flags[len(flags)-1] != "-") {
 			fmt.Fprintln(m.Stderr, "usage: feedd import [flags] FILE (- for standard input)")
+			if len(flags) > 0 {
+				// -h lists the flags; anything else is refused by them.
+				_ = m.Config.parse("feedd import", flags, m.Stderr, more...)
+			}
 			return flag.ErrHelp
 		}
 		m.Import.File, flags = flags[len(flags)-1], flags[:len(flags)-1]
-		more = append(more, m.Import.register)
 	case "export":
 		more = append(more, m.Export.register)
 	}
