@@ -11,12 +11,13 @@ import (
 	"github.com/feedhq/feed/store"
 )
 
-// followEventBatch bounds the events one round claims, and
-// backfillChunk the users whose backfills one step merges (one
-// transaction): the events of follows made in a batch apply as a few
+// followEventBatch bounds the events one round claims: the round must end
+// well within the claims' lease, or other workers take the events up
+// again. backfillChunk bounds the users whose backfills one step merges
+// (one transaction): the events of follows made in a batch apply as a few
 // transactions.
 const (
-	followEventBatch = 256
+	followEventBatch = 32
 	backfillChunk    = 16
 )
 
