@@ -264,15 +264,11 @@ func (s *Store) claimImportedIDs(ctx context.Context, recs []ImportRecord, now i
 			for i, p := range chunk {
 				ids[i] = p.ContentID
 			}
-			q, args, err := sqlx.In(contentOwnersSQL, ids)
-			if err != nil {
-				return nil, nil, err
-			}
 			var rows []struct {
 				ContentID uint64 `db:"content_id"`
 				AuthorID  uint64 `db:"author_id"`
 			}
-			if err := sqlx.SelectContext(ctx, db, &rows, q, args...); err != nil {
+			if err := selectIn(ctx, db, &rows, contentOwnersSQL, ids); err != nil {
 				return nil, nil, err
 			}
 			for _, r := range rows {
@@ -305,12 +301,8 @@ func (s *Store) postConflicts(ctx context.Context, posts []ImportRecord) ([]Impo
 			for i, p := range chunk {
 				ids[i] = p.ContentID
 			}
-			q, args, err := sqlx.In(postOwnersSQL, ids)
-			if err != nil {
-				return nil, err
-			}
 			var rows []feed.Post
-			if err := sqlx.SelectContext(ctx, sh.pool(ctx), &rows, q, args...); err != nil {
+			if err := selectIn(ctx, sh.pool(ctx), &rows, postOwnersSQL, ids); err != nil {
 				return nil, err
 			}
 			stored := make(map[uint64]feed.Post, len(rows))
@@ -734,7 +726,7 @@ func (s *Store) uncopyDeleted(ctx context.Context, copied map[uint64][]feed.Post
 		}
 	}
 	deleted := map[uint64]bool{}
-	for sh, authors := range s.groupByShard(slices.Collect(maps.Keys(byAuthor))) {
+	for _, authors := range s.groupByShard(slices.Collect(maps.Keys(byAuthor))) {
 		var ids []uint64
 		for _, a := range authors {
 			for c := range byAuthor[a] {
@@ -742,9 +734,10 @@ func (s *Store) uncopyDeleted(ctx context.Context, copied map[uint64][]feed.Post
 			}
 		}
 		for chunk := range slices.Chunk(ids, 1000) {
-			var gone []uint64
-			if err := selectIn(ctx, sh.pool(ctx), &gone, `SELECT content_id FROM posts WHERE content_id IN (?) AND deleted = 1`, chunk); err != nil {
-				return wrap("settle import users", err)
+			// Any of the database's authors routes the lookup to it.
+			gone, err := s.DeletedPosts(ctx, authors[0], chunk)
+			if err != nil {
+				return err
 			}
 			for _, c := range gone {
 				deleted[c] = true
