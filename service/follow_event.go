@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -15,7 +16,8 @@ import (
 // well within the claims' lease, or other workers take the events up
 // again. backfillChunk bounds the users whose backfills one step merges
 // (one transaction): the events of follows made in a batch apply as a few
-// transactions.
+// transactions. On a slow database the loop's stepSize lowers both: a
+// round claims at most two steps' users' events.
 const (
 	followEventBatch = 32
 	backfillChunk    = 16
@@ -29,9 +31,9 @@ const (
 // (addFollowers); the backfills of each few users are merged into one
 // transaction (store.BackfillMany). An event that changed meanwhile runs
 // again; one that failed or was not started before a stop is released.
-func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) (int, error) {
+func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard, size *stepSize) (int, error) {
 	now, until := s.lease()
-	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, followEventBatch, rand.Uint64())
+	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, min(followEventBatch, 2*size.n), rand.Uint64())
 	if err != nil {
 		return 0, err
 	}
@@ -58,7 +60,7 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) 
 			ready = append(ready, ev)
 		}
 	}
-	firstErr = cmp.Or(firstErr, s.applyBackfills(ctx, work, sh, ready, edges, modes))
+	firstErr = cmp.Or(firstErr, s.applyBackfills(ctx, work, sh, ready, edges, modes, size))
 	if ctx.Err() != nil {
 		return len(evs), nil // stopping, not failing
 	}
@@ -66,16 +68,18 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard) 
 }
 
 // applyBackfills backfills the live follows of the events and finishes
-// them, backfillChunk users a step (one transaction of the backfills), so
-// a stop or a crash leaves the steps done finished. A step that fails has
-// its events released.
-func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow, modes map[uint64]int) error {
+// them, size users a step (one transaction of the backfills), so a stop or
+// a crash leaves the steps done finished. A step that fails has its events
+// released.
+func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow, modes map[uint64]int, size *stepSize) error {
 	byUser := map[uint64][]store.FollowEvent{}
 	for _, ev := range evs {
 		byUser[ev.UserID] = append(byUser[ev.UserID], ev)
 	}
 	var firstErr error
-	for users := range slices.Chunk(slices.Sorted(maps.Keys(byUser)), backfillChunk) {
+	for left := slices.Sorted(maps.Keys(byUser)); len(left) > 0; {
+		users := left[:min(size.n, len(left))]
+		left = left[len(users):]
 		var part []store.FollowEvent
 		var pairs []store.BackfillPair
 		for _, u := range users {
@@ -88,6 +92,7 @@ func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs
 		}
 		err := ctx.Err()
 		if err == nil {
+			start := time.Now()
 			bctx, cancel := s.stepContext(work)
 			if len(pairs) > 0 {
 				err = s.backfill(bctx, sh, pairs)
@@ -95,6 +100,7 @@ func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs
 			if err == nil {
 				err = s.finishFollowEvents(bctx, sh, part, edges)
 			}
+			size.ran(bctx.Err() != nil && work.Err() == nil, time.Since(start), s.cfg.Lease)
 			cancel()
 		}
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,9 +19,10 @@ import (
 // none of the rest. A worker loop per database runs the moves whose old id
 // lives there, part by part in batches, each resumable from its mark.
 
-// moveBatchSize is how many items one batch of a move handles: each item
-// is a transaction or three on another database, so a batch stays well
-// inside its lease.
+// moveBatchSize is how many items one batch of a move handles at most:
+// each item is a transaction or three on another database, so a batch
+// stays well inside its lease (and the loop's stepSize lowers it on a
+// slow database).
 const moveBatchSize = 100
 
 // Move starts moving from's follows, mutes, hides, read marker and
@@ -74,9 +76,9 @@ var moveParts = [...]string{
 	store.MovePhaseFollowers: "followers",
 }
 
-// runMoves claims one move of the shard and runs its batches until it is
-// done, waits between passes, or the process stops.
-func (s *Service) runMoves(ctx, work context.Context, sh *store.Shard) (int, error) {
+// runMoves claims one move of the shard and runs its batches, of size
+// items, until it is done, waits between passes, or the process stops.
+func (s *Service) runMoves(ctx, work context.Context, sh *store.Shard, size *stepSize) (int, error) {
 	now, until := s.lease()
 	jobs, err := s.store.ClaimMoves(work, sh, now, until, 1, rand.Uint64())
 	if err != nil || len(jobs) == 0 {
@@ -85,8 +87,10 @@ func (s *Service) runMoves(ctx, work context.Context, sh *store.Shard) (int, err
 	job := &jobs[0]
 	for ctx.Err() == nil && !job.Done() {
 		phase := job.Phase
+		start := time.Now()
 		bctx, cancel := s.stepContext(work)
-		moved, err := s.moveBatch(bctx, job)
+		moved, err := s.moveBatch(bctx, job, size.n)
+		size.ran(bctx.Err() != nil && work.Err() == nil, time.Since(start), s.cfg.Lease)
 		cancel()
 		if errors.Is(err, store.ErrLostClaim) {
 			return 1, nil
@@ -114,14 +118,14 @@ func (s *Service) runMoves(ctx, work context.Context, sh *store.Shard) (int, err
 	return 1, s.store.ReleaseMove(rctx, job)
 }
 
-// moveBatch runs the next batch of the job's phase and records it; it
-// returns the items moved.
-func (s *Service) moveBatch(ctx context.Context, job *store.MoveJob) (int64, error) {
+// moveBatch runs the next batch of the job's phase, of up to size items,
+// and records it; it returns the items moved.
+func (s *Service) moveBatch(ctx context.Context, job *store.MoveJob, size int) (int64, error) {
 	now, until := s.lease()
 	step := store.MoveStep{LeaseUntil: until, Now: now}
 	switch job.Phase {
 	case store.MovePhaseMutes, store.MovePhaseFollows:
-		items, err := s.store.MoveItems(ctx, job, moveBatchSize)
+		items, err := s.store.MoveItems(ctx, job, size)
 		if err != nil {
 			return 0, err
 		}
@@ -129,7 +133,7 @@ func (s *Service) moveBatch(ctx context.Context, job *store.MoveJob) (int64, err
 		if err != nil {
 			return 0, err
 		}
-		step.Next = len(items) < moveBatchSize
+		step.Next = len(items) < size
 		if len(items) > 0 {
 			step.After = items[len(items)-1].AuthorID
 		}
@@ -148,7 +152,7 @@ func (s *Service) moveBatch(ctx context.Context, job *store.MoveJob) (int64, err
 		step.Next = true
 		return step.Moved, s.store.FinishMoveMarker(ctx, job, step)
 	default:
-		return s.repointBatch(ctx, job, step)
+		return s.repointBatch(ctx, job, step, size)
 	}
 }
 
@@ -242,8 +246,8 @@ func capped(err error) (itemOutcome, error) {
 // that found rows is followed by another once a poll interval has passed,
 // and the phase ends with a pass that finds none, no event about the old
 // id pending.
-func (s *Service) repointBatch(ctx context.Context, job *store.MoveJob, step store.MoveStep) (int64, error) {
-	users, err := s.moveReaders(ctx, job)
+func (s *Service) repointBatch(ctx context.Context, job *store.MoveJob, step store.MoveStep, size int) (int64, error) {
+	users, err := s.moveReaders(ctx, job, size)
 	if err != nil {
 		return 0, err
 	}
@@ -283,18 +287,18 @@ func (s *Service) repointBatch(ctx context.Context, job *store.MoveJob, step sto
 	return step.Moved, s.store.AdvanceMove(ctx, job, step)
 }
 
-// moveReaders returns the next page of the old id's list the job's phase
-// walks: the readers it hides from, or its followers.
-func (s *Service) moveReaders(ctx context.Context, job *store.MoveJob) ([]uint64, error) {
+// moveReaders returns the next page (of up to size) of the old id's list
+// the job's phase walks: the readers it hides from, or its followers.
+func (s *Service) moveReaders(ctx context.Context, job *store.MoveJob, size int) ([]uint64, error) {
 	var out []uint64
 	if job.Phase == store.MovePhaseHides {
-		hides, err := s.store.ListHiddenFrom(ctx, job.From, job.After, moveBatchSize)
+		hides, err := s.store.ListHiddenFrom(ctx, job.From, job.After, size)
 		for _, h := range hides {
 			out = append(out, h.UserID)
 		}
 		return out, err
 	}
-	follows, err := s.store.ListFollowers(ctx, job.From, job.After, moveBatchSize)
+	follows, err := s.store.ListFollowers(ctx, job.From, job.After, size)
 	for _, f := range follows {
 		out = append(out, f.UserID)
 	}

@@ -74,10 +74,12 @@ func (s *Service) RunWorkers(ctx context.Context, softStop time.Duration) {
 		for range s.cfg.Workers {
 			run("fanout", func(ctx, work context.Context) (int, error) { return s.runTasks(ctx, work, sh) })
 		}
-		run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh) })
+		follows := newStepSize(backfillChunk)
+		run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh, follows) })
 		run("switch", func(ctx, work context.Context) (int, error) { return s.runSwitches(ctx, work, sh) })
 		run("tombstones", func(ctx, work context.Context) (int, error) { return s.purgeTombstones(work, sh) })
-		run("move", func(ctx, work context.Context) (int, error) { return s.runMoves(ctx, work, sh) })
+		moves := newStepSize(moveBatchSize)
+		run("move", func(ctx, work context.Context) (int, error) { return s.runMoves(ctx, work, sh, moves) })
 	}
 	wg.Wait()
 }
@@ -201,6 +203,29 @@ func each[T any](items []T, n int, fn func(T) error) error {
 // and a database that hangs holds the worker no longer than that.
 func (s *Service) stepContext(work context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(work, s.cfg.Lease)
+}
+
+// stepSize is the number of items a loop's steps take, adapted to how long
+// they run: a step cut off by its deadline (the lease) halves it, so that on
+// a slow or loaded database the steps shrink until they end within the
+// lease instead of each one redoing the same items and failing again; a
+// step that ends within a quarter of the lease doubles it back towards max.
+// It belongs to one loop, which runs one step at a time.
+type stepSize struct {
+	n, max int
+}
+
+func newStepSize(max int) *stepSize { return &stepSize{n: max, max: max} }
+
+// ran records how a step of the current size ended: cut off (its context's
+// deadline passed while work went on) or in took.
+func (z *stepSize) ran(cutOff bool, took, lease time.Duration) {
+	switch {
+	case cutOff:
+		z.n = max(z.n/2, 1)
+	case took < lease/4:
+		z.n = min(z.n*2, z.max)
+	}
 }
 
 // released logs a claim a worker could not give back: nothing is lost, its

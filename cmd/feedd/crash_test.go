@@ -204,11 +204,11 @@ func skipShort(t *testing.T) {
 func crashFull() bool { return os.Getenv("FEED_CRASH_FULL") == "1" }
 
 // killPoint picks the next kill: a random instant 50–700 ms after the
-// workers start, or earlier once progress reaches a random target within an
-// even share of the work left among the kills still to land and the last,
-// unkilled process. So on a fast server kills still land inside the work,
-// and on a loaded one the batches that commit between a progress poll and
-// the kill do not finish the work before the later kills.
+// process first commits work, or earlier once progress reaches a random
+// target within an even share of the work left among the kills still to
+// land and the last, unkilled process. So on a fast server kills still land
+// inside the work, and on a loaded one the batches that commit between a
+// progress poll and the kill do not finish the work before the later kills.
 func killPoint(rng *rand.Rand, done, total int64, killsLeft int) (time.Duration, int64) {
 	delay := 50*time.Millisecond + time.Duration(rng.Int64N(int64(650*time.Millisecond)))
 	share := (total - done) / int64(killsLeft+1)
@@ -217,10 +217,10 @@ func killPoint(rng *rand.Rand, done, total int64, killsLeft int) (time.Duration,
 
 // killRounds starts feedd with args and SIGKILLs it at killPoint instants
 // until kills of the kills landed in the middle of the work (progress, read
-// after the kill, strictly between 0 and total). A kill misses when the
-// process is killed before anything commits, as on a loaded machine, so up
-// to 4×kills are tried; the test fails if fewer than kills landed. check, if
-// not nil, inspects the state each kill left. It returns the kills tried.
+// after the kill, above the last kill's and below total). A kill misses
+// when the batches in flight finish the work first, so up to 4×kills are
+// tried; the test fails if fewer than kills landed. check, if not nil,
+// inspects the state each kill left. It returns the kills tried.
 // A non-nil crash runs at each kill point before the process is killed: a
 // test that crashes the database server too does it there.
 func killRounds(t *testing.T, rng *rand.Rand, bin string, args []string, kills int, total int64, progress func() int64, crash, check func(k int)) int {
@@ -229,7 +229,7 @@ func killRounds(t *testing.T, rng *rand.Rand, bin string, args []string, kills i
 	for ; midway < kills && done < total && k < 4*kills; k++ {
 		delay, target := killPoint(rng, done, total, kills-midway)
 		p := startFeedd(t, bin, fmt.Sprintf("feedd #%d", k), args...)
-		waited := waitKillPoint(t, p, delay, target, progress)
+		waited := waitKillPoint(t, p, done, delay, target, progress)
 		if crash != nil {
 			crash(k)
 		}
@@ -243,10 +243,10 @@ func killRounds(t *testing.T, rng *rand.Rand, bin string, args []string, kills i
 		if check != nil {
 			check(k)
 		}
-		done = n
-		if 0 < n && n < total {
+		if done < n && n < total {
 			midway++
 		}
+		done = n
 	}
 	if midway < kills {
 		t.Fatalf("%d of %d kills landed in the middle of the work, want %d", midway, k, kills)
@@ -278,26 +278,36 @@ func (p *proc) waitStarted(t *testing.T) {
 	})
 }
 
-// waitKillPoint waits, once the process runs its workers, until delay has
-// passed or progress reports target, whichever comes first; it reports the
-// time waited.
-func waitKillPoint(t *testing.T, p *proc, delay time.Duration, target int64, progress func() int64) time.Duration {
+// waitKillPoint waits, once the process runs its workers, until progress
+// passes done (its first commit: on a loaded machine, or behind the leases
+// a killed process left, that can take longer than any kill delay), then
+// until delay has passed or progress reports target, whichever comes
+// first; it reports the time waited since the workers started.
+func waitKillPoint(t *testing.T, p *proc, done int64, delay time.Duration, target int64, progress func() int64) time.Duration {
 	t.Helper()
 	p.waitStarted(t)
 	start := time.Now()
+	var begun time.Time // when progress first passed done
 	// Not a wait for an event: the kill lands at a random instant, and the
 	// 2 ms grain of this progress poll bounds how far the work runs past
 	// its target before the kill.
-	for time.Since(start) < delay && progress() < target {
+	for {
 		if p.exited() {
 			t.Fatalf("%s exited by itself: %v", p.name, p.err)
 		}
+		n := progress()
+		switch {
+		case n >= target:
+			return time.Since(start)
+		case begun.IsZero() && n > done:
+			begun = time.Now()
+		case begun.IsZero() && time.Since(start) > wait.Deadline:
+			t.Fatalf("%s committed no work in %s: progress %d", p.name, wait.Deadline, n)
+		case !begun.IsZero() && time.Since(begun) >= delay:
+			return time.Since(start)
+		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	if p.exited() {
-		t.Fatalf("%s exited by itself: %v", p.name, p.err)
-	}
-	return time.Since(start)
 }
 
 // fanoutSnapshot is the fan-out state of one post, read in one consistent

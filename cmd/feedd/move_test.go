@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -97,7 +96,7 @@ func TestCrashMove(t *testing.T) {
 		return count(t, raw, `SELECT COUNT(*) FROM following WHERE user_id = ?`, to) +
 			count(t, raw, `SELECT COUNT(*) FROM following WHERE author_id = ?`, to)
 	}
-	tried := moveKillRounds(t, rng, bin, args, kills, total, progress)
+	tried := killRounds(t, rng, bin, args, kills, total, progress, nil, nil)
 	p = startFeedd(t, bin, "feedd final", args...)
 	wait.Within(t, finalIdle, "the system at rest", idle(st))
 	p.stop(t, 10*time.Second)
@@ -148,36 +147,6 @@ func TestCrashMove(t *testing.T) {
 	if m, ok, err := st.GetMarker(ctx, to); err != nil || !ok || m.Key != marker.Key {
 		t.Errorf("new id's marker %+v (%v, %v), the old one's was %+v", m, ok, err, marker)
 	}
-}
-
-// moveKillRounds is killRounds for a job leased by a claim of its own: a
-// killed process leaves the move leased for --lease (1 s), so each process
-// is given that long before its kill point (a random instant within the
-// next 1.5 s, or earlier once progress reaches a random target within an
-// even share of the work left), and a kill that lands before any progress
-// is tried again, up to 4×kills tries.
-func moveKillRounds(t *testing.T, rng *rand.Rand, bin string, args []string, kills int, total int64, progress func() int64) int {
-	t.Helper()
-	midway, done, k := 0, int64(0), 0
-	for ; midway < kills && done < total && k < 4*kills; k++ {
-		delay, target := killPoint(rng, done, total, kills-midway)
-		p := startFeedd(t, bin, fmt.Sprintf("feedd #%d", k), args...)
-		waited := waitKillPoint(t, p, time.Second+2*delay, max(target, done+1), progress)
-		p.kill()
-		n := progress()
-		t.Logf("kill %d after %s (target %d): %d of %d done", k, waited.Round(time.Millisecond), target, n, total)
-		if n < done {
-			t.Fatalf("kill %d: progress went back from %d to %d", k, done, n)
-		}
-		if done < n && n < total {
-			midway++
-		}
-		done = n
-	}
-	if midway < kills {
-		t.Fatalf("%d of %d kills landed in the middle of the work, want %d", midway, k, kills)
-	}
-	return k
 }
 
 // count runs a COUNT query on the test's connection.
