@@ -71,6 +71,9 @@ func InTx(ctx context.Context, sh *Shard, fn func(tx *sqlx.Tx) error) error {
 	return wrap("test", sh.inTx(ctx, fn))
 }
 
+// Classify is classify: a database error as the store's methods return it.
+func Classify(err error) error { return classify(err) }
+
 // TxAttempts is how many times InTx runs a conflicting transaction.
 const TxAttempts = txAttempts
 

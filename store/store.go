@@ -313,12 +313,15 @@ var errConflicts = feed.Errorf(feed.EUNAVAILABLE, "the database is busy with con
 
 // MySQL error numbers the store acts on.
 const (
-	errCheckRead       = 1020 // MariaDB innodb_snapshot_isolation: a locked row changed after the snapshot
-	errDupEntry        = 1062
-	errTiDB            = 1105 // TiDB's catch-all, see tidbLockRetries
-	errNoSuchTable     = 1146
-	errLockWaitTimeout = 1205
-	errDeadlock        = 1213
+	errCheckRead        = 1020 // MariaDB innodb_snapshot_isolation: a locked row changed after the snapshot
+	errDupEntry         = 1062
+	errTiDB             = 1105 // TiDB's catch-all, see tidbLockRetries
+	errNoSuchTable      = 1146
+	errLockWaitTimeout  = 1205
+	errDeadlock         = 1213
+	errInterrupted      = 1317 // KILL QUERY: sqlconn kills a statement whose context ended
+	errStatementTimeout = 1969 // MariaDB max_statement_time
+	errQueryTimeout     = 3024 // MySQL max_execution_time
 )
 
 func mysqlErrno(err error) uint16 {
@@ -352,8 +355,10 @@ func Retryable(err error) bool {
 	return false
 }
 
-// classify turns connection failures into EUNAVAILABLE so clients get a 503
-// they can retry instead of a 500; other errors pass through unchanged.
+// classify turns connection failures, and statements cut off by their
+// deadline (killed on the server or timed out there), into EUNAVAILABLE so
+// clients get a 503 they can retry instead of a 500; other errors pass
+// through unchanged.
 func classify(err error) error {
 	if err == nil {
 		return nil
@@ -366,8 +371,18 @@ func classify(err error) error {
 		errors.Is(err, sql.ErrConnDone) || errors.As(err, &ne) {
 		return errors.Join(feed.Errorf(feed.EUNAVAILABLE, "database unavailable"), err)
 	}
+	switch mysqlErrno(err) {
+	case errInterrupted, errStatementTimeout, errQueryTimeout:
+		return errors.Join(errTimedOut, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return errors.Join(errTimedOut, err)
+	}
 	return err
 }
+
+// errTimedOut is a statement cut off by its deadline.
+var errTimedOut = feed.Errorf(feed.EUNAVAILABLE, "the database did not answer in time")
 
 // wrap prefixes a database error with the operation and classifies it.
 func wrap(op string, err error) error {

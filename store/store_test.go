@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"io"
@@ -226,6 +227,28 @@ func TestConflictRetries(t *testing.T) {
 	})
 	if outer != 1 || ran != store.TxAttempts || feed.ErrorCode(err) != feed.EUNAVAILABLE {
 		t.Fatalf("an inner transaction gave up: the outer ran %d times, the inner %d, %v; want 1, %d and unavailable", outer, ran, err, store.TxAttempts)
+	}
+}
+
+// TestStatementCutOff: a statement its context's deadline cut off, which
+// the connector kills on the server, fails as EUNAVAILABLE (a 503 the
+// client may retry), never as an internal error.
+func TestStatementCutOff(t *testing.T) {
+	t.Parallel()
+	sh := newStore(t, 1).Shards()[0]
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	err := store.InTx(ctx, sh, func(tx *sqlx.Tx) error {
+		_, err := tx.ExecContext(ctx, "SELECT SLEEP(5)")
+		return err
+	})
+	if feed.ErrorCode(err) != feed.EUNAVAILABLE {
+		t.Fatalf("a statement past its deadline: %v (%s), want unavailable", err, feed.ErrorCode(err))
+	}
+	for _, n := range []uint16{1317, 1969, 3024} { // killed; MariaDB's and MySQL's statement timeouts
+		if err := store.Classify(&mysql.MySQLError{Number: n}); feed.ErrorCode(err) != feed.EUNAVAILABLE {
+			t.Errorf("error %d: %v (%s), want unavailable", n, err, feed.ErrorCode(err))
+		}
 	}
 }
 
