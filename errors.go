@@ -10,11 +10,13 @@ import (
 const (
 	EINVALID      = "invalid_argument"
 	EUNAUTHORIZED = "unauthorized"
+	EFORBIDDEN    = "forbidden"
 	ENOTFOUND     = "not_found"
 	ECONFLICT     = "conflict"
 	ELIMIT        = "limit_exceeded"
 	ESESSION      = "session_expired"
 	ETOOLARGE     = "payload_too_large"
+	ERATELIMITED  = "rate_limited"
 	EUNAVAILABLE  = "unavailable"
 	EINTERNAL     = "internal"
 )

@@ -4,12 +4,10 @@
 package httpapi
 
 import (
-	"crypto/subtle"
 	_ "embed"
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -18,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 )
 
@@ -27,10 +24,20 @@ var openAPISpec []byte
 
 // Options configure the HTTP API.
 type Options struct {
-	// Token, when set, is required as "Authorization: Bearer <token>" on /v1.
-	Token    string
-	Log      *slog.Logger
-	Registry *prometheus.Registry
+	// Token, the service token, acts as every user on /v1, as
+	// "Authorization: Bearer <token>". When Token or UserTokenKeys is set,
+	// every /v1 request needs one or a user token.
+	Token string
+	// UserTokenKeys, when set, verifies user tokens: JWTs signed by one of
+	// its keys, each acting as one user within its scopes (auth.go).
+	UserTokenKeys *UserTokenKeys
+	// RateLimit is the requests a second each client may make on /v1,
+	// with a burst of twice that; 0: no limit (ratelimit.go).
+	RateLimit float64
+	// RateLimitService limits the service token's requests too, by address.
+	RateLimitService bool
+	Log              *slog.Logger
+	Registry         *prometheus.Registry
 	// ReadDeadline and WriteDeadline bound GET/HEAD and other /v1 requests
 	// (zero: the defaults).
 	ReadDeadline, WriteDeadline time.Duration
@@ -64,12 +71,17 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	e.HTTPErrorHandler = a.handleError
 	e.Use(middleware.Recover())
 	e.Use(instrument(opt.Registry))
-	if opt.Token != "" {
-		// Global rather than on the group: every /v1 request needs the
-		// token, also one that matches no route or method, and the check
-		// comes before the body is read.
-		e.Use(requireToken("/v1", opt.Token, streamRoute))
+	// Global rather than on the group: every /v1 request needs a token,
+	// also one that matches no route or method, and the checks come
+	// before the body is read.
+	e.Use(authenticate(opt.Token, opt.UserTokenKeys, streamRoute, time.Now))
+	limited := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "feed_http_rate_limited_total", Help: "Requests refused with 429 by the rate limit."})
+	opt.Registry.MustRegister(limited)
+	if opt.RateLimit > 0 {
+		e.Use(rateLimit(newRateLimiter(opt.RateLimit, RateLimitClientsMax, time.Now), opt.RateLimitService, limited))
 	}
+	e.Use(authorize(opt.Token != "" || opt.UserTokenKeys != nil))
 	e.Use(limitBody)
 	e.Use(withDeadline(opt.ReadDeadline, opt.WriteDeadline, streamRoute, exportRoute))
 
@@ -120,30 +132,6 @@ type router interface {
 func get(r router, path string, h echo.HandlerFunc) {
 	r.GET(path, h)
 	r.HEAD(path, h)
-}
-
-// requireToken checks the bearer token of every request under prefix, in
-// constant time. The scheme name is case-insensitive (RFC 9110, 11.1). On
-// the route queryRoute the token may come as ?access_token= instead: a
-// browser's EventSource cannot send headers.
-func requireToken(prefix, token, queryRoute string) echo.MiddlewareFunc {
-	want := []byte(token)
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			path := c.Request().URL.Path
-			if path != prefix && !strings.HasPrefix(path, prefix+"/") {
-				return next(c)
-			}
-			scheme, got, _ := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
-			if q := c.QueryParam("access_token"); scheme == "" && q != "" && c.Path() == queryRoute {
-				scheme, got = "Bearer", q
-			}
-			if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
-				return feed.Errorf(feed.EUNAUTHORIZED, "missing or wrong bearer token")
-			}
-			return next(c)
-		}
-	}
 }
 
 // routeKey names the metrics of one route, method and status.

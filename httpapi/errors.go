@@ -14,11 +14,13 @@ import (
 var codes = map[string]int{
 	feed.EINVALID:      http.StatusBadRequest,
 	feed.EUNAUTHORIZED: http.StatusUnauthorized,
+	feed.EFORBIDDEN:    http.StatusForbidden,
 	feed.ENOTFOUND:     http.StatusNotFound,
 	feed.ECONFLICT:     http.StatusConflict,
 	feed.ELIMIT:        http.StatusConflict,
 	feed.ESESSION:      http.StatusGone,
 	feed.ETOOLARGE:     http.StatusRequestEntityTooLarge,
+	feed.ERATELIMITED:  http.StatusTooManyRequests,
 	feed.EUNAVAILABLE:  http.StatusServiceUnavailable,
 	feed.EINTERNAL:     http.StatusInternalServerError,
 }

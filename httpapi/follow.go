@@ -113,8 +113,8 @@ type followResultJSON struct {
 }
 
 // followMany serves POST /v1/follows: each pair's outcome in order. A
-// body that is not a list of 1..MaxFollowBatch well-formed pairs changes
-// nothing.
+// body that is not a list of 1..MaxFollowBatch well-formed pairs, or that
+// names a user other than a user token's, changes nothing.
 func (a *api) followMany(c echo.Context) error {
 	var body followsBody
 	if err := decodeBody(c, &body); err != nil {
@@ -129,6 +129,9 @@ func (a *api) followMany(c echo.Context) error {
 			return feed.Errorf(feed.EINVALID, "follows[%d] needs user_id and author_id", i)
 		}
 		reqs[i] = feed.FollowRequest{UserID: uint64(*f.UserID), AuthorID: uint64(*f.AuthorID), CopyLimit: f.CopyLimit}
+		if err := actAs(c, reqs[i].UserID); err != nil {
+			return err
+		}
 	}
 	results, err := a.svc.FollowMany(c.Request().Context(), reqs)
 	if err != nil {
