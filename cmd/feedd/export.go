@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -54,7 +53,7 @@ func (m *Main) export(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var out io.Writer = os.Stdout
+	out := m.Stdout
 	var tmp *os.File
 	if m.Export.Out != "" && m.Export.Out != "-" {
 		if tmp, err = os.CreateTemp(filepath.Dir(m.Export.Out), filepath.Base(m.Export.Out)+".*.tmp"); err != nil {

@@ -1,6 +1,7 @@
 // Command feedd runs the feed service: `feedd serve` (HTTP API and fan-out
 // workers), `feedd migrate` (schema on every shard), `feedd reshard`, and
-// `feedd import` and `feedd export` (records as JSON Lines).
+// `feedd import` and `feedd export` (records as JSON Lines), and `feedd token`
+// (a user token).
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -40,6 +42,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "feedd:", err)
 		os.Exit(2)
 	}
+	// SIGHUP reloads the user tokens' keys. Caught from here on, so that
+	// one arriving while serve starts waits instead of ending the process.
+	hup := make(chan os.Signal, 1)
+	if m.Command == "serve" {
+		signal.Notify(hup, syscall.SIGHUP)
+	}
 	// The driver's own lines (a connection dropped, a bad packet) join the
 	// structured log; the setting is global, hence here and not in Run.
 	_ = mysql.SetLogger(driverLog{m.Log})
@@ -49,6 +57,11 @@ func main() {
 		os.Exit(1)
 	}
 	if m.Command == "serve" {
+		go func() {
+			for range hup {
+				m.ReloadUserTokenKeys()
+			}
+		}()
 		<-ctx.Done()
 		stop() // a second signal ends the process at once
 	}
@@ -66,24 +79,29 @@ type Main struct {
 	Reshard reshardConfig
 	Import  importConfig
 	Export  exportConfig
+	Token   tokenConfig
+	Stdout  io.Writer
 	Stderr  io.Writer
 	Log     *slog.Logger
 
-	store    *store.Store
-	svc      *service.Service
-	echo     *echo.Echo
-	listener net.Listener
-	stopWork context.CancelFunc
-	workDone chan struct{}
+	store *store.Store
+	svc   *service.Service
+	// userTokenKeys verifies user tokens (nil without --jwks-file).
+	userTokenKeys *httpapi.UserTokenKeys
+	echo          *echo.Echo
+	listener      net.Listener
+	stopWork      context.CancelFunc
+	workDone      chan struct{}
 	// stopHealth ends the background probes of the databases.
 	stopHealth context.CancelFunc
 	healthDone chan struct{}
 	serveDone  chan error
 }
 
-// NewMain returns a Main with default settings writing to stderr.
+// NewMain returns a Main with default settings writing to stdout and
+// stderr.
 func NewMain() *Main {
-	return &Main{Config: DefaultConfig(), Stderr: os.Stderr}
+	return &Main{Config: DefaultConfig(), Stdout: os.Stdout, Stderr: os.Stderr}
 }
 
 const usage = `usage: feedd <command> [flags]
@@ -94,13 +112,14 @@ commands:
   reshard  move virtual shards between databases (feedd reshard -h)
   import   load a JSON Lines file of follows, posts, mutes, hides and markers
   export   write every record, or those of a range of users, as JSON Lines
+  token    print a user token: a JWT acting as one user (feedd token -h)
 
 Every flag has an environment variable FEED_<FLAG> (e.g. FEED_MYSQL_DSN);
 run "feedd serve -h" for the flags.`
 
 // ParseFlags reads the command, then the environment and flags.
 func (m *Main) ParseFlags(args []string) error {
-	if len(args) == 0 || (args[0] != "serve" && args[0] != "migrate" && args[0] != "reshard" && args[0] != "import" && args[0] != "export") {
+	if len(args) == 0 || !slices.Contains([]string{"serve", "migrate", "reshard", "import", "export", "token"}, args[0]) {
 		fmt.Fprintln(m.Stderr, usage)
 		return flag.ErrHelp
 	}
@@ -108,6 +127,10 @@ func (m *Main) ParseFlags(args []string) error {
 	if m.Command == "reshard" {
 		m.Log = newLogger(m.Stderr, m.Config.LogFormat, m.Config.LogLevel)
 		return m.Reshard.parse(args[1:], m.Stderr)
+	}
+	if m.Command == "token" {
+		m.Log = newLogger(m.Stderr, m.Config.LogFormat, m.Config.LogLevel)
+		return m.Token.parse(args[1:], m.Stderr)
 	}
 	flags := args[1:]
 	var more []func(*flag.FlagSet)
@@ -161,8 +184,11 @@ func (m *Main) Run(ctx context.Context) error {
 	if m.Log == nil {
 		m.Log = newLogger(m.Stderr, m.Config.LogFormat, m.Config.LogLevel)
 	}
-	if m.Command == "reshard" {
+	switch m.Command {
+	case "reshard":
 		return runReshard(ctx, m.Reshard, m.Stderr)
+	case "token":
+		return runToken(m.Token, time.Now(), m.Stdout)
 	}
 	m.Log.Info("feedd: starting", append([]any{"command", m.Command}, m.Config.settings()...)...)
 	shardMap := shardmap.Single(m.Config.MySQLDSN)
@@ -214,6 +240,14 @@ func (m *Main) Run(ctx context.Context) error {
 
 // serve starts the workers and the HTTP server.
 func (m *Main) serve() error {
+	// A key set that does not load stops the start before anything runs.
+	if m.Config.API && m.Config.JWKSFile != "" {
+		keys, err := httpapi.LoadUserTokenKeys(m.Config.JWKSFile)
+		if err != nil {
+			return err
+		}
+		m.userTokenKeys = keys
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc, err := service.New(m.store, m.Config.Service, m.Log, service.NewMetrics(reg), time.Now)
@@ -247,7 +281,8 @@ func (m *Main) serve() error {
 		return err
 	}
 	m.listener = ln
-	m.echo = httpapi.New(svc, httpapi.Options{Token: m.Config.APIToken, Log: m.Log, Registry: reg,
+	m.echo = httpapi.New(svc, httpapi.Options{Token: m.Config.APIToken, UserTokenKeys: m.userTokenKeys,
+		RateLimit: m.Config.RateLimit, RateLimitService: m.Config.RateLimitService, Log: m.Log, Registry: reg,
 		ReadDeadline: m.Config.ReadDeadline, WriteDeadline: m.Config.WriteDeadline})
 	console.Mount(m.echo, svc, console.Options{Token: m.Config.APIToken, Log: m.Log})
 	m.echo.Server.ReadHeaderTimeout = 5 * time.Second
@@ -259,6 +294,23 @@ func (m *Main) serve() error {
 	go func() { m.serveDone <- m.echo.Start("") }()
 	m.Log.Info("feedd: listening", "addr", ln.Addr().String())
 	return nil
+}
+
+// ReloadUserTokenKeys reads the user tokens' key set again (main calls it
+// on SIGHUP): a key removed from the file stops opening anything, a key
+// added opens from now on. A file that does not load leaves the set in
+// use, and the log says why.
+func (m *Main) ReloadUserTokenKeys() {
+	if m.userTokenKeys == nil {
+		m.Log.Warn("feedd: SIGHUP: no --jwks-file to reload")
+		return
+	}
+	n, err := m.userTokenKeys.Reload()
+	if err != nil {
+		m.Log.Error("feedd: user token keys not reloaded; the previous set stays", "error", err)
+		return
+	}
+	m.Log.Info("feedd: user token keys reloaded", "file", m.Config.JWKSFile, "keys", n)
 }
 
 // Addr is the address the API listens on (useful with :0).

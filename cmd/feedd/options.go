@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"time"
@@ -22,9 +23,16 @@ type Config struct {
 	AutoMigrate bool
 	HTTPAddr    string
 	APIToken    string
-	API         bool
-	Workers     bool
-	SoftStop    time.Duration
+	// JWKSFile is the key set user tokens are signed with; SIGHUP reloads it.
+	JWKSFile string
+	// RateLimit is the requests a second each client may make on /v1
+	// (burst twice that; 0: off); RateLimitService limits the service
+	// token too.
+	RateLimit        float64
+	RateLimitService bool
+	API              bool
+	Workers          bool
+	SoftStop         time.Duration
 	// ReadDeadline and WriteDeadline bound a request: past them the client
 	// gets 503 and the statement is killed on the server.
 	ReadDeadline  time.Duration
@@ -73,6 +81,9 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.AutoMigrate, "auto-migrate", c.AutoMigrate, "serve: apply migrations at start")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address")
 	fs.StringVar(&c.APIToken, "api-token", c.APIToken, "when set, /v1 requests need 'Authorization: Bearer <token>'")
+	fs.StringVar(&c.JWKSFile, "jwks-file", c.JWKSFile, "JSON Web Key Set file (oct/HS256 or Ed25519/EdDSA keys, each with a kid) whose keys sign user tokens: JWTs acting as one user; reloaded on SIGHUP")
+	fs.Float64Var(&c.RateLimit, "rate-limit", c.RateLimit, "requests a second each client may make on /v1, with a burst of twice that: a user token by its user, any other client by its address; per process; 0: off")
+	fs.BoolVar(&c.RateLimitService, "rate-limit-service", c.RateLimitService, "apply the rate limit to the service token (api-token) too, by address")
 	fs.BoolVar(&c.API, "api", c.API, "serve: run the HTTP API")
 	fs.BoolVar(&c.Workers, "workers", c.Workers, "serve: run the fan-out workers")
 	fs.DurationVar(&c.ReadDeadline, "read-deadline", c.ReadDeadline, "deadline of a GET or HEAD request; past it 503")
@@ -145,6 +156,9 @@ func (c *Config) parse(name string, args []string, stderr io.Writer, more ...fun
 	}
 	if c.DrainDelay < 0 {
 		return fmt.Errorf("drain delay must be >= 0")
+	}
+	if !(c.RateLimit >= 0) || math.IsInf(c.RateLimit, 1) {
+		return fmt.Errorf("rate limit must be a number of requests a second >= 0 (0: off)")
 	}
 	return c.Service.Validate()
 }
