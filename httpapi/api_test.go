@@ -36,13 +36,21 @@ type env struct {
 	st    *store.Store
 	srv   *httptest.Server
 	token string
-	ids   atomic.Uint64
+	// protected says the server wants a token on /v1 (a service token or
+	// user token keys).
+	protected bool
+	ids       atomic.Uint64
 }
 
 type envOpts struct {
 	workers bool
 	token   string
-	config  func(*service.Config)
+	// keys verify user tokens; rateLimit and rateLimitService are
+	// Options'.
+	keys             *httpapi.UserTokenKeys
+	rateLimit        float64
+	rateLimitService bool
+	config           func(*service.Config)
 	// store replaces the fresh test database (e.g. one that is unreachable).
 	store *store.Store
 }
@@ -72,9 +80,10 @@ func setup(t *testing.T, opt envOpts) *env {
 		go func() { defer close(done); svc.RunWorkers(ctx, time.Second) }()
 		t.Cleanup(func() { cancel(); <-done })
 	}
-	srv := httptest.NewServer(httpapi.New(svc, httpapi.Options{Token: opt.token, Log: log, Registry: reg}))
+	srv := httptest.NewServer(httpapi.New(svc, httpapi.Options{Token: opt.token, UserTokenKeys: opt.keys,
+		RateLimit: opt.rateLimit, RateLimitService: opt.rateLimitService, Log: log, Registry: reg}))
 	t.Cleanup(srv.Close)
-	v := &env{svc: svc, st: st, srv: srv, token: opt.token}
+	v := &env{svc: svc, st: st, srv: srv, token: opt.token, protected: opt.token != "" || opt.keys != nil}
 	v.ids.Store(1_000_000)
 	return v
 }
@@ -119,7 +128,7 @@ func (v *env) send(t testing.TB, req *http.Request) resp {
 		t.Fatalf("%s %s: read body: %v", req.Method, req.URL, err)
 	}
 	r := resp{status: res.StatusCode, header: res.Header, body: b}
-	checkResponse(t, req.Method, req.URL.Path, r, v.token != "")
+	checkResponse(t, req.Method, req.URL.Path, r, v.protected)
 	return r
 }
 

@@ -291,6 +291,13 @@ func checkResponse(t testing.TB, method, urlPath string, r resp, tokenProtected 
 		}
 		checkAllow(t, where, r, s.paths[tmpl])
 		checkErrorBody(t, where, method, r, "invalid_argument")
+	case r.status == http.StatusTooManyRequests && isV1:
+		for _, h := range rateLimitHeaders {
+			if r.header.Get(h) == "" {
+				t.Errorf("%s: 429 without %s", where, h)
+			}
+		}
+		checkErrorBody(t, where, method, r, "rate_limited")
 	case r.status == http.StatusRequestEntityTooLarge:
 		// Documented globally: any route refuses bodies over the limit.
 		checkErrorBody(t, where, method, r, "payload_too_large")
@@ -424,10 +431,14 @@ func TestSpecMatchesRoutes(t *testing.T) {
 	}
 }
 
+// rateLimitHeaders are the headers of a 429.
+var rateLimitHeaders = []string{"Retry-After", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
+
 // TestSpecDocument checks the document's own shape: version, that every
 // $ref resolves, that each path parameter is declared, that every /v1
-// operation asks for the bearer token and documents 401, and 503 with its
-// Retry-After header, and that every operation with a body documents 413.
+// operation asks for the bearer token and documents 401 and 403, 503 with
+// its Retry-After header and 429 with the rate limit's, and that every
+// operation with a body documents 413.
 func TestSpecDocument(t *testing.T) {
 	t.Parallel()
 	s := mustSpec(t)
@@ -484,7 +495,7 @@ func TestSpecDocument(t *testing.T) {
 				if string(sec) != `[{"bearerAuth":[]}]` {
 					t.Errorf("%s %s: security %s, want bearerAuth", m, tmpl, sec)
 				}
-				for _, code := range []string{"400", "401", "500", "503"} {
+				for _, code := range []string{"400", "401", "403", "429", "500", "503"} {
 					if _, ok := responses[code]; !ok {
 						t.Errorf("%s %s: status %s not documented", m, tmpl, code)
 					}
@@ -492,6 +503,12 @@ func TestSpecDocument(t *testing.T) {
 				headers, _ := s.resolve(responses["503"])["headers"].(map[string]any)
 				if _, ok := headers["Retry-After"]; !ok {
 					t.Errorf("%s %s: 503 without the Retry-After header", m, tmpl)
+				}
+				headers, _ = s.resolve(responses["429"])["headers"].(map[string]any)
+				for _, h := range rateLimitHeaders {
+					if _, ok := headers[h]; !ok {
+						t.Errorf("%s %s: 429 without the %s header", m, tmpl, h)
+					}
 				}
 			}
 			if _, ok := op["requestBody"]; ok {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Client calls one feed service.
@@ -35,6 +36,13 @@ func New(base, token string, hc *http.Client) *Client {
 		hc = &http.Client{Transport: t}
 	}
 	return &Client{base: base, token: token, http: hc}
+}
+
+// WithToken returns a client of the same service, over the same
+// connections, that sends token: a backend holding the service token can
+// serve each of its users with a client of that user's user token.
+func (c *Client) WithToken(token string) *Client {
+	return &Client{base: c.base, token: token, http: c.http}
 }
 
 // maxIdlePerHost is the default client's pool of idle connections.
@@ -84,6 +92,22 @@ type Error struct {
 	Status  int
 	Code    string `json:"code"`
 	Message string `json:"message"`
+	// RetryAfter is the wait the response asked for (Retry-After on 429
+	// rate_limited and 503 unavailable), 0 when none.
+	RetryAfter time.Duration `json:"-"`
+}
+
+// apiError reads the error envelope of resp, whose body is data.
+func apiError(resp *http.Response, data []byte) *Error {
+	var env struct {
+		Error Error `json:"error"`
+	}
+	_ = json.Unmarshal(data, &env) // a body that is not the envelope leaves the status alone
+	env.Error.Status = resp.StatusCode
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		env.Error.RetryAfter = time.Duration(s) * time.Second
+	}
+	return &env.Error
 }
 
 func (e *Error) Error() string {
@@ -330,12 +354,8 @@ func (c *Client) untimed(req *http.Request) (*http.Response, error) {
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		var env struct {
-			Error Error `json:"error"`
-		}
-		_ = json.NewDecoder(resp.Body).Decode(&env)
-		env.Error.Status = resp.StatusCode
-		return nil, &env.Error
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10)) // an error body is short; a cut one still has its status
+		return nil, apiError(resp, data)
 	}
 	return resp, nil
 }
@@ -406,12 +426,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) (in
 	}
 	data := buf.Bytes()
 	if resp.StatusCode >= 400 {
-		var env struct {
-			Error Error `json:"error"`
-		}
-		_ = json.Unmarshal(data, &env)
-		env.Error.Status = resp.StatusCode
-		return resp.StatusCode, &env.Error
+		return resp.StatusCode, apiError(resp, data)
 	}
 	if out != nil && len(data) > 0 {
 		if d, ok := out.(decoder); ok {
