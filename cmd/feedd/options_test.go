@@ -136,13 +136,17 @@ func TestConfigParse(t *testing.T) {
 				"FEED_INBOX_SLACK":        "35",
 				"FEED_PARTIAL_READS":      "false",
 				"FEED_SOURCE_TIMEOUT":     "250ms",
+				"FEED_JWKS_FILE":          "/etc/feed/jwks.json",
+				"FEED_RATE_LIMIT":         "2.5",
+				"FEED_RATE_LIMIT_SERVICE": "true",
 			},
 			check: func(t *testing.T, c Config) {
 				s := c.Service
 				if c.API || c.Workers || s.Lease != 5*time.Second || s.PollInterval != 250*time.Millisecond ||
 					s.TaskSize != 77 || s.BatchSize != 33 || s.Workers != 2 || c.SoftStop != time.Minute ||
 					s.NodeID != 17 || c.LogFormat != "json" || c.LogLevel != "debug" || s.ClockSkew != 3*time.Second ||
-					s.InboxSlack != 35 || s.PartialReads || s.SourceTimeout != 250*time.Millisecond {
+					s.InboxSlack != 35 || s.PartialReads || s.SourceTimeout != 250*time.Millisecond ||
+					c.JWKSFile != "/etc/feed/jwks.json" || c.RateLimit != 2.5 || !c.RateLimitService {
 					t.Errorf("environment not applied: %+v", c)
 				}
 			},
@@ -188,6 +192,9 @@ func TestConfigParse(t *testing.T) {
 		{name: "zero poll interval", args: []string{"--mysql-dsn", dsn, "--poll-interval=0s"}, wantErr: "poll interval"},
 		{name: "zero batch", args: []string{"--mysql-dsn", dsn, "--batch-size=0"}, wantErr: "batch size"},
 		{name: "zero source timeout", args: []string{"--mysql-dsn", dsn, "--source-timeout=0s"}, wantErr: "source timeout"},
+		{name: "negative rate limit", args: []string{"--mysql-dsn", dsn, "--rate-limit=-1"}, wantErr: "rate limit"},
+		{name: "rate limit NaN", env: map[string]string{"FEED_MYSQL_DSN": dsn, "FEED_RATE_LIMIT": "NaN"}, wantErr: "rate limit"},
+		{name: "rate limit infinite", args: []string{"--mysql-dsn", dsn, "--rate-limit=+Inf"}, wantErr: "rate limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,7 +220,7 @@ func TestConfigParse(t *testing.T) {
 
 func TestParseFlags(t *testing.T) {
 	clearFeedEnv(t)
-	for _, args := range [][]string{nil, {}, {"bogus"}, {"--mysql-dsn", "x@tcp(h)/d"}, {"serve", "-h"}, {"migrate", "--help"}} {
+	for _, args := range [][]string{nil, {}, {"bogus"}, {"--mysql-dsn", "x@tcp(h)/d"}, {"serve", "-h"}, {"migrate", "--help"}, {"token", "-h"}} {
 		var stderr strings.Builder
 		m := NewMain()
 		m.Stderr = &stderr

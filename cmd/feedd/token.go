@@ -74,17 +74,20 @@ func runToken(c tokenConfig, now time.Time, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// A JSONWebKey as the signing key puts its kid in the header.
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key}, (&jose.SignerOptions{}).WithType("JWT"))
+	opts := (&jose.SignerOptions{}).WithType("JWT").WithHeader("kid", key.KeyID)
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: key.Key}, opts)
 	if err != nil {
 		return fmt.Errorf("token: %w", err)
 	}
-	claims := jwt.Claims{
+	claims := struct {
+		jwt.Claims
+		Scope string `json:"scope"`
+	}{jwt.Claims{
 		Subject:  fmt.Sprint(c.Sub),
 		IssuedAt: jwt.NewNumericDate(now),
 		Expiry:   jwt.NewNumericDate(now.Add(c.TTL)),
-	}
-	tok, err := jwt.Signed(signer).Claims(claims).Claims(map[string]string{"scope": strings.Join(strings.Fields(c.Scope), " ")}).Serialize()
+	}, strings.Join(strings.Fields(c.Scope), " ")}
+	tok, err := jwt.Signed(signer).Claims(claims).Serialize()
 	if err != nil {
 		return fmt.Errorf("token: %w", err)
 	}
