@@ -101,6 +101,22 @@ type resp struct {
 // against openapi.json. body "" sends none.
 func (v *env) do(t testing.TB, method, target, body string) resp {
 	t.Helper()
+	return v.as(t, v.token, method, target, body)
+}
+
+// as is do with a bearer token of its own ("" sends none).
+func (v *env) as(t testing.TB, token, method, target, body string) resp {
+	t.Helper()
+	auth := ""
+	if token != "" {
+		auth = "Bearer " + token
+	}
+	return v.call(t, method, target, body, auth)
+}
+
+// call is do with the Authorization header auth ("" sends none).
+func (v *env) call(t testing.TB, method, target, body, auth string) resp {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -109,8 +125,8 @@ func (v *env) do(t testing.TB, method, target, body string) resp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.token != "" {
-		req.Header.Set("Authorization", "Bearer "+v.token)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
 	}
 	return v.send(t, req)
 }
@@ -1369,21 +1385,7 @@ func TestToken(t *testing.T) {
 	p := v.publish(t, user, `{}`, http.StatusCreated)
 	values := map[string]string{"user": u(user), "author": u(author), "content": p.ContentID}
 
-	call := func(t *testing.T, method, target, body, auth string) resp {
-		t.Helper()
-		var rd io.Reader
-		if body != "" {
-			rd = strings.NewReader(body)
-		}
-		req, err := http.NewRequest(method, v.srv.URL+target, rd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		return v.send(t, req)
-	}
+	call := v.call
 
 	t.Run("every /v1 request needs the token", func(t *testing.T) {
 		for _, rt := range routes {
@@ -1490,14 +1492,21 @@ func TestOperations(t *testing.T) {
 	}
 }
 
-func TestUnavailable(t *testing.T) {
-	t.Parallel()
+// unreachableStore is a store whose only database never answers.
+func unreachableStore(t *testing.T) *store.Store {
+	t.Helper()
 	// Nothing listens on port 1; the store does not connect until used.
 	st, err := store.Open(shardmap.Single("root@tcp(127.0.0.1:1)/x?timeout=2s"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func TestUnavailable(t *testing.T) {
+	t.Parallel()
+	st := unreachableStore(t)
 	v := setup(t, envOpts{store: st})
 
 	wantStatus(t, v.do(t, http.MethodGet, "/healthz", ""), http.StatusOK)

@@ -328,8 +328,8 @@ func authorize(on bool) echo.MiddlewareFunc {
 				return feed.Errorf(feed.EFORBIDDEN, "a write needs a user token with scope %s", ScopeWrite)
 			}
 			switch userAccess[method+" "+c.Path()] {
-			case anyUser, bodyUsers:
-				return next(c)
+			case serviceOnly:
+				return feed.Errorf(feed.EFORBIDDEN, "a user token may not use %s %s", method, c.Path())
 			case ownUser:
 				id, err := pathID(c, "id")
 				if err != nil {
@@ -338,9 +338,8 @@ func authorize(on bool) echo.MiddlewareFunc {
 				if err := actAs(c, id); err != nil {
 					return err
 				}
-				return next(c)
 			}
-			return feed.Errorf(feed.EFORBIDDEN, "a user token may not use %s %s", method, c.Path())
+			return next(c)
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -23,8 +22,6 @@ import (
 
 	"github.com/feedhq/feed/httpapi"
 	"github.com/feedhq/feed/httpapi/client"
-	"github.com/feedhq/feed/store"
-	"github.com/feedhq/feed/store/shardmap"
 )
 
 // userKeys are the keys of a test's JWKS file: an HS256 secret (kid "hs")
@@ -101,23 +98,6 @@ func (k *userKeys) edToken(t *testing.T, sub uint64, scope string) string {
 
 // b64 is base64url without padding, as JWS has it.
 func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-
-// as sends a request with "Authorization: Bearer token" ("" sends none).
-func (v *env) as(t *testing.T, token, method, target, body string) resp {
-	t.Helper()
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequest(method, v.srv.URL+target, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	return v.send(t, req)
-}
 
 const both = httpapi.ScopeRead + " " + httpapi.ScopeWrite
 
@@ -383,14 +363,8 @@ func TestUserTokenKeysReload(t *testing.T) {
 // server whose database does not answer: neither costs a round trip.
 func TestUserTokenWithoutDatabase(t *testing.T) {
 	t.Parallel()
-	// Nothing listens on port 1; the store does not connect until used.
-	st, err := store.Open(shardmap.Single("root@tcp(127.0.0.1:1)/x?timeout=2s"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
 	k, keys := newUserKeys(t)
-	v := setup(t, envOpts{store: st, keys: keys})
+	v := setup(t, envOpts{store: unreachableStore(t), keys: keys})
 	c := claims(1, both)
 	c["exp"] = time.Now().Add(-time.Hour).Unix()
 	wantError(t, v.as(t, sign(t, k.hs, jose.HS256, "hs", c), http.MethodGet, "/v1/users/1/feed", ""), http.StatusUnauthorized, "unauthorized")
