@@ -74,14 +74,21 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	// Global rather than on the group: every /v1 request needs a token,
 	// also one that matches no route or method, and the checks come
 	// before the body is read.
-	e.Use(authenticate(opt.Token, opt.UserTokenKeys, streamRoute, time.Now))
+	// Without a token or keys /v1 is open, and a request pays for none of
+	// the checks.
+	auth := opt.Token != "" || opt.UserTokenKeys != nil
+	if auth {
+		e.Use(authenticate(opt.Token, opt.UserTokenKeys, streamRoute, time.Now))
+	}
 	limited := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "feed_http_rate_limited_total", Help: "Requests refused with 429 by the rate limit."})
 	opt.Registry.MustRegister(limited)
 	if opt.RateLimit > 0 {
 		e.Use(rateLimit(newRateLimiter(opt.RateLimit, RateLimitClientsMax, time.Now), opt.RateLimitService, limited))
 	}
-	e.Use(authorize(opt.Token != "" || opt.UserTokenKeys != nil))
+	if auth {
+		e.Use(authorize)
+	}
 	e.Use(limitBody)
 	e.Use(withDeadline(opt.ReadDeadline, opt.WriteDeadline, streamRoute, exportRoute))
 

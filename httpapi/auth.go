@@ -301,46 +301,44 @@ var userAccess = map[string]access{
 }
 
 // authorize refuses a /v1 request that may not go on, when the service has
-// a token or keys (on): 401 for an anonymous caller, 403 for a user token
+// a token or keys: 401 for an anonymous caller, 403 for a user token
 // outside its scopes or its user. A request that matches no route goes on
 // to its 404. It runs before the body is read.
-func authorize(on bool) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if !on || !isV1(c.Request().URL.Path) {
-				return next(c)
-			}
-			cl := callerOf(c)
-			switch {
-			case cl.kind == anonymous:
-				return cl.err
-			case cl.kind == serviceCaller || c.Path() == "":
-				return next(c)
-			}
-			method := c.Request().Method
-			if method == http.MethodHead {
-				method = http.MethodGet
-			}
-			if method == http.MethodGet && !cl.read {
-				return feed.Errorf(feed.EFORBIDDEN, "a read needs a user token with scope %s", ScopeRead)
-			}
-			if method != http.MethodGet && !cl.write {
-				return feed.Errorf(feed.EFORBIDDEN, "a write needs a user token with scope %s", ScopeWrite)
-			}
-			switch userAccess[method+" "+c.Path()] {
-			case serviceOnly:
-				return feed.Errorf(feed.EFORBIDDEN, "a user token may not use %s %s", method, c.Path())
-			case ownUser:
-				id, err := pathID(c, "id")
-				if err != nil {
-					return err
-				}
-				if err := actAs(c, id); err != nil {
-					return err
-				}
-			}
+func authorize(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !isV1(c.Request().URL.Path) {
 			return next(c)
 		}
+		cl := callerOf(c)
+		switch {
+		case cl.kind == anonymous:
+			return cl.err
+		case cl.kind == serviceCaller || c.Path() == "":
+			return next(c)
+		}
+		method := c.Request().Method
+		if method == http.MethodHead {
+			method = http.MethodGet
+		}
+		if method == http.MethodGet && !cl.read {
+			return feed.Errorf(feed.EFORBIDDEN, "a read needs a user token with scope %s", ScopeRead)
+		}
+		if method != http.MethodGet && !cl.write {
+			return feed.Errorf(feed.EFORBIDDEN, "a write needs a user token with scope %s", ScopeWrite)
+		}
+		switch userAccess[method+" "+c.Path()] {
+		case serviceOnly:
+			return feed.Errorf(feed.EFORBIDDEN, "a user token may not use %s %s", method, c.Path())
+		case ownUser:
+			id, err := pathID(c, "id")
+			if err != nil {
+				return err
+			}
+			if err := actAs(c, id); err != nil {
+				return err
+			}
+		}
+		return next(c)
 	}
 }
 
