@@ -24,12 +24,13 @@ import (
 // CPUs, so that client work would be charged to the server. Phase C keeps a
 // row read through the typed client as a diagnostic.
 type httpLoad struct {
-	addr string
+	pool connPool
 
-	mu    sync.Mutex
-	conns []*httpConn // every connection dialed
-	idle  []*httpConn // those no session holds
+	mu   sync.Mutex
+	held []*httpConn // connections sessions hold
 }
+
+func newHTTPLoad(addr string) *httpLoad { return &httpLoad{pool: connPool{addr: addr}} }
 
 // httpConn is one client's connection.
 type httpConn struct {
@@ -99,35 +100,16 @@ func feedPath(user uint64, cursor string) string {
 // use, and returns the body, valid until the connection's next request.
 func (h *httpLoad) get(ctx context.Context, s *session, path string) ([]byte, error) {
 	if s.conn == nil {
-		c, err := h.take(ctx)
+		c, err := h.pool.take(ctx)
 		if err != nil {
 			return nil, err
 		}
+		h.mu.Lock()
+		h.held = append(h.held, c)
+		h.mu.Unlock()
 		s.conn = c
 	}
 	return s.conn.get(path)
-}
-
-// take returns an idle connection, or dials one.
-func (h *httpLoad) take(ctx context.Context) (*httpConn, error) {
-	h.mu.Lock()
-	if n := len(h.idle); n > 0 {
-		c := h.idle[n-1]
-		h.idle = h.idle[:n-1]
-		h.mu.Unlock()
-		return c, nil
-	}
-	h.mu.Unlock()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", h.addr)
-	if err != nil {
-		return nil, err
-	}
-	hc := &httpConn{c: c, r: bufio.NewReaderSize(c, 16<<10)}
-	h.mu.Lock()
-	h.conns = append(h.conns, hc)
-	h.mu.Unlock()
-	return hc, nil
 }
 
 // release makes every connection idle again, once the sessions holding them
@@ -135,17 +117,16 @@ func (h *httpLoad) take(ctx context.Context) (*httpConn, error) {
 func (h *httpLoad) release() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.idle = append(h.idle[:0], h.conns...)
+	for _, c := range h.held {
+		h.pool.put(c)
+	}
+	h.held = nil
 }
 
 // close closes every connection the generator dialed.
 func (h *httpLoad) close() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.conns {
-		c.c.Close()
-	}
-	h.conns, h.idle = nil, nil
+	h.release()
+	h.pool.close()
 }
 
 // requestTimeout bounds one request of the load generator.

@@ -29,11 +29,12 @@ type phase struct {
 }
 
 // phases run in this order, which gives each the tables it needs: D's
-// first footprint on the freshly loaded inbox, C before fan-out trims any
-// inbox, P (on readers of its own) while the server is at rest, S on the
+// first footprint on the freshly loaded inbox, W and C before fan-out trims
+// any inbox, P (on readers of its own) while the server is at rest, S on the
 // loaded users' own feeds, L on hosts and viewers of its own, A on full
-// inboxes, B and M after them, the rest of D on what they all wrote. R and I, on
-// databases of their own, go last; run alone they need no loaded inboxes.
+// inboxes, B and M after them, the rest of D on what they all wrote. O, R
+// and I, on databases of their own, go last; run alone they need no loaded
+// inboxes.
 // The report orders its sections for the reader (report.render).
 var phases = []phase{
 	{letter: 'W', name: "Page cost vs Redis", measures: "first pages/s, p50/p99 and CPU per request of feedd and of a minimal Go server over Redis sorted sets holding the same feeds, under wrk",

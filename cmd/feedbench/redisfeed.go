@@ -127,12 +127,12 @@ func runAnchor(ctx context.Context, args []string) error {
 
 func (s *anchorServer) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/users/{id}/feed", s.getFeed)
-	mux.HandleFunc("POST /v1/users/{id}/posts", s.publishPost)
-	mux.HandleFunc("DELETE /v1/users/{id}/posts/{content_id}", s.deletePost)
-	mux.HandleFunc("PUT /v1/users/{id}/following/{author_id}", s.follow)
-	mux.HandleFunc("DELETE /v1/users/{id}/following/{author_id}", s.unfollow)
-	mux.HandleFunc("POST /v1/follows", s.follows)
+	mux.HandleFunc("GET /v1/users/{id}/feed", handle(s.getFeed))
+	mux.HandleFunc("POST /v1/users/{id}/posts", handle(s.publishPost))
+	mux.HandleFunc("DELETE /v1/users/{id}/posts/{content_id}", handle(s.deletePost))
+	mux.HandleFunc("PUT /v1/users/{id}/following/{author_id}", handle(s.follow))
+	mux.HandleFunc("DELETE /v1/users/{id}/following/{author_id}", handle(s.unfollow))
+	mux.HandleFunc("POST /v1/follows", handle(s.follows))
 	return mux
 }
 
@@ -161,14 +161,32 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// fail answers feedd's error envelope: 400 invalid_argument, 404
-// not_found, 409 conflict, else 503 unavailable.
-func fail(w http.ResponseWriter, status int, msg string) {
-	code := map[int]string{400: "invalid_argument", 404: "not_found", 409: "conflict"}[status]
-	if code == "" {
-		status, code = http.StatusServiceUnavailable, "unavailable"
+// anchorError is a request's fault: its status and message.
+type anchorError struct {
+	status int
+	msg    string
+}
+
+func (e *anchorError) Error() string { return e.msg }
+
+func bad(status int, msg string) error { return &anchorError{status, msg} }
+
+// handle serves h and answers its error in feedd's envelope: 400
+// invalid_argument, 404 not_found or 409 conflict for an anchorError, 503
+// unavailable for any other (Redis's).
+func handle(h func(w http.ResponseWriter, r *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		err := h(w, r)
+		if err == nil {
+			return
+		}
+		status, code := http.StatusServiceUnavailable, "unavailable"
+		var ae *anchorError
+		if errors.As(err, &ae) {
+			status, code = ae.status, map[int]string{400: "invalid_argument", 404: "not_found", 409: "conflict"}[ae.status]
+		}
+		writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": err.Error()}})
 	}
-	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": msg}})
 }
 
 func pathID(r *http.Request, name string) (uint64, bool) {
@@ -176,22 +194,21 @@ func pathID(r *http.Request, name string) (uint64, bool) {
 	return id, err == nil && id > 0
 }
 
-func (s *anchorServer) getFeed(w http.ResponseWriter, r *http.Request) {
+func (s *anchorServer) getFeed(w http.ResponseWriter, r *http.Request) error {
 	user, ok := pathID(r, "id")
 	limit, err := strconv.Atoi(r.URL.Query().Get("limit"))
 	if r.URL.Query().Get("limit") == "" {
 		limit, err = feed.DefaultPageLimit, nil
 	}
 	if !ok || err != nil || limit < 1 || limit > 100 {
-		fail(w, 400, "bad user id or limit")
-		return
+		return bad(400, "bad user id or limit")
 	}
 	page, err := s.page(r.Context(), user, limit, r.URL.Query().Get("cursor"))
 	if err != nil {
-		fail(w, 400, err.Error())
-		return
+		return bad(400, err.Error())
 	}
 	writeJSON(w, 200, page)
+	return nil
 }
 
 // page reads limit items below cursor (from the top if ""), newest first.
@@ -243,7 +260,7 @@ func (s *anchorServer) page(ctx context.Context, user uint64, limit int, cursor 
 	}
 }
 
-func (s *anchorServer) publishPost(w http.ResponseWriter, r *http.Request) {
+func (s *anchorServer) publishPost(w http.ResponseWriter, r *http.Request) error {
 	author, ok := pathID(r, "id")
 	var in struct {
 		ContentID   json.Number `json:"content_id"`
@@ -254,8 +271,7 @@ func (s *anchorServer) publishPost(w http.ResponseWriter, r *http.Request) {
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(&in); err != nil && !errors.Is(err, io.EOF) || !ok {
-		fail(w, 400, "bad author id or body")
-		return
+		return bad(400, "bad author id or body")
 	}
 	ctx := r.Context()
 	p := feed.Post{AuthorID: author, PublishTime: time.Now().UnixMilli(), Kind: in.Kind}
@@ -268,33 +284,29 @@ func (s *anchorServer) publishPost(w http.ResponseWriter, r *http.Request) {
 	if in.ContentID != "" {
 		id, err := strconv.ParseUint(in.ContentID.String(), 10, 64)
 		if err != nil || id == 0 {
-			fail(w, 400, "bad content_id")
-			return
+			return bad(400, "bad content_id")
 		}
 		p.ContentID = id
 	} else {
 		id, err := s.rdb.Incr(ctx, s.keys.seq()).Result()
 		if err != nil {
-			fail(w, 503, err.Error())
-			return
+			return err
 		}
 		p.ContentID = uint64(id)
 	}
 	m := anchorMember(p)
 	fresh, err := s.rdb.HSetNX(ctx, s.keys.contents(), strconv.FormatUint(p.ContentID, 10), strconv.FormatInt(p.PublishTime, 10)+"_"+m).Result()
 	if err != nil {
-		fail(w, 503, err.Error())
-		return
+		return err
 	}
 	if !fresh {
-		fail(w, 409, "content_id exists")
-		return
+		return bad(409, "content_id exists")
 	}
 	if err := s.push(ctx, p, m); err != nil {
-		fail(w, 503, err.Error())
-		return
+		return err
 	}
 	writeJSON(w, 201, itemOf(p))
+	return nil
 }
 
 // push adds the post to its author's posts and feed and to every
@@ -319,31 +331,26 @@ func (s *anchorServer) push(ctx context.Context, p feed.Post, m string) error {
 	return err
 }
 
-func (s *anchorServer) deletePost(w http.ResponseWriter, r *http.Request) {
+func (s *anchorServer) deletePost(w http.ResponseWriter, r *http.Request) error {
 	author, ok1 := pathID(r, "id")
 	id, ok2 := pathID(r, "content_id")
 	if !ok1 || !ok2 {
-		fail(w, 400, "bad id")
-		return
+		return bad(400, "bad id")
 	}
 	ctx := r.Context()
 	v, err := s.rdb.HGet(ctx, s.keys.contents(), strconv.FormatUint(id, 10)).Result()
 	if errors.Is(err, redis.Nil) {
-		fail(w, 404, "post not found")
-		return
+		return bad(404, "post not found")
 	} else if err != nil {
-		fail(w, 503, err.Error())
-		return
+		return err
 	}
 	_, m, _ := strings.Cut(v, "_")
 	if p, err := anchorPost(m, 0); err != nil || p.AuthorID != author {
-		fail(w, 404, "post not found")
-		return
+		return bad(404, "post not found")
 	}
 	followers, err := s.rdb.SMembers(ctx, s.keys.followers(author)).Result()
 	if err != nil {
-		fail(w, 503, err.Error())
-		return
+		return err
 	}
 	pipe := s.rdb.Pipeline()
 	pipe.ZRem(ctx, s.keys.posts(author), m)
@@ -353,10 +360,10 @@ func (s *anchorServer) deletePost(w http.ResponseWriter, r *http.Request) {
 	}
 	pipe.HDel(ctx, s.keys.contents(), strconv.FormatUint(id, 10))
 	if _, err := pipe.Exec(ctx); err != nil {
-		fail(w, 503, err.Error())
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // followOne makes user follow author and copies the author's newest posts
@@ -380,32 +387,29 @@ func (s *anchorServer) followOne(ctx context.Context, user, author uint64) (crea
 	return true, err
 }
 
-func (s *anchorServer) follow(w http.ResponseWriter, r *http.Request) {
+func (s *anchorServer) follow(w http.ResponseWriter, r *http.Request) error {
 	user, ok1 := pathID(r, "id")
 	author, ok2 := pathID(r, "author_id")
 	if !ok1 || !ok2 || user == author {
-		fail(w, 400, "bad ids or a self-follow")
-		return
+		return bad(400, "bad ids or a self-follow")
 	}
 	if _, err := s.followOne(r.Context(), user, author); err != nil {
-		fail(w, 503, err.Error())
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *anchorServer) unfollow(w http.ResponseWriter, r *http.Request) {
+func (s *anchorServer) unfollow(w http.ResponseWriter, r *http.Request) error {
 	user, ok1 := pathID(r, "id")
 	author, ok2 := pathID(r, "author_id")
 	if !ok1 || !ok2 || user == author {
-		fail(w, 400, "bad ids or a self-unfollow")
-		return
+		return bad(400, "bad ids or a self-unfollow")
 	}
 	ctx := r.Context()
 	posts, err := s.rdb.ZRange(ctx, s.keys.posts(author), 0, -1).Result()
 	if err != nil {
-		fail(w, 503, err.Error())
-		return
+		return err
 	}
 	pipe := s.rdb.Pipeline()
 	pipe.SRem(ctx, s.keys.following(user), author)
@@ -418,13 +422,13 @@ func (s *anchorServer) unfollow(w http.ResponseWriter, r *http.Request) {
 		pipe.ZRem(ctx, s.keys.feed(user), members...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		fail(w, 503, err.Error())
-		return
+		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
-func (s *anchorServer) follows(w http.ResponseWriter, r *http.Request) {
+func (s *anchorServer) follows(w http.ResponseWriter, r *http.Request) error {
 	var in struct {
 		Follows []struct {
 			UserID   json.Number `json:"user_id"`
@@ -434,8 +438,7 @@ func (s *anchorServer) follows(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(r.Body)
 	dec.UseNumber()
 	if err := dec.Decode(&in); err != nil || len(in.Follows) == 0 || len(in.Follows) > 1000 {
-		fail(w, 400, "bad body")
-		return
+		return bad(400, "bad body")
 	}
 	type result struct {
 		UserID   string `json:"user_id"`
@@ -460,6 +463,7 @@ func (s *anchorServer) follows(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, 200, map[string]any{"results": out})
+	return nil
 }
 
 // anchor is a running anchor process.

@@ -305,9 +305,9 @@ func parseWrkDuration(s string) (time.Duration, error) {
 	return 0, fmt.Errorf("bad wrk duration %q", s)
 }
 
-// wrkVersion is the first line of `wrk -v`.
+// wrkVersion is `wrk -v`'s version, as "wrk 4.1.0".
 func wrkVersion(bin string) string {
 	out, _ := exec.Command(bin, "-v").CombinedOutput()
-	line, _, _ := strings.Cut(string(out), "\n")
+	line, _, _ := strings.Cut(string(out), " [")
 	return strings.TrimSpace(line)
 }
