@@ -106,6 +106,7 @@ const (
 	mixVisibleInterval = time.Second           // one post's publish → visible is sampled this often
 	mixVisiblePoll     = 10 * time.Millisecond // the follower's first page is read this often
 	mixCheckLimit      = pageLimit
+	mixQuiesceTimeout  = 20 * time.Minute // for feedd's queues to empty
 )
 
 // mixTarget is one server phase O drives: feedd or the Redis anchor.
@@ -302,7 +303,9 @@ func (b *bench) mixTargets(ctx context.Context, g *mixGraph) ([]*mixTarget, func
 	}
 	stops = append(stops, func() { st.Close() })
 	feeddT := &mixTarget{name: "feedd", addr: f.url[len("http://"):], server: f.child, storePID: dbServerPID(ctx, b.db),
-		quiesce: func(ctx context.Context) error { return waitIdle(ctx, st, 2*time.Minute) },
+		// The graph's follows leave one follow event each for the workers
+		// (150,000 at the defaults), which take minutes on 2 cores.
+		quiesce: func(ctx context.Context) error { return waitIdle(ctx, st, mixQuiesceTimeout) },
 		histograms: func(ctx context.Context) (map[string]serverHist, error) {
 			mfs, err := f.metrics(ctx)
 			if err != nil {
