@@ -152,10 +152,27 @@ test-console: ## Drive the console in headless Chromium against feedd (installs 
 	set -x; $(GO) vet -tags console ./httpapi/console/browser/ && \
 	$(GO) test -count=1 -tags console -timeout 10m $(TESTFLAGS) ./httpapi/console/browser/
 
+# Shell snippet: install Debian's wrk, the external load generator of
+# feedbench's phase W, when it is missing.
+WITH_WRK = \
+	if ! command -v wrk >/dev/null 2>&1; then \
+		[ "$$(id -u)" -eq 0 ] || { echo "make $@: wrk is missing: apt-get install wrk (as root)"; exit 1; }; \
+		echo "make $@: installing Debian's wrk"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; \
+	fi;
+
 .PHONY: bench
-bench: ## Run cmd/feedbench (writes docs/BENCHMARKS.md)
-	@$(WITH_TEST_DB) \
+bench: ## Run cmd/feedbench (writes docs/BENCHMARKS.md; phases O and W need Redis on 127.0.0.1:6379 and wrk, installed if missing)
+	@$(WITH_WRK) $(WITH_TEST_DB) \
 	set -x; $(GO) run ./cmd/feedbench $(BENCHFLAGS)
+
+# The open-loop mix alone, five minutes a rate, into a file of its own.
+SOAK_MIX_BENCH = -phases O -mix-duration 5m -out .data/soak-mix.md
+
+.PHONY: soak-mix
+soak-mix: ## Phase O of feedbench alone, 5 minutes a rate: the open-loop mix against feedd and the Redis anchor (writes .data/soak-mix.md)
+	@$(WITH_TEST_DB) \
+	set -x; $(GO) run ./cmd/feedbench $(SOAK_MIX_BENCH) $(BENCHFLAGS)
 
 # The disk-resident sizes: the compressed InnoDB inbox as loaded (about 55
 # bytes an entry) is 8 times the 128 MiB each engine gets.

@@ -106,7 +106,7 @@ func (b *bench) deepPhase(ctx context.Context) error {
 	}
 	limit := b.stack.svc.Config().InboxLimit
 	res := &deepResult{InboxLimit: limit}
-	load := &httpLoad{addr: b.stack.addr}
+	load := newHTTPLoad(b.stack.addr)
 	defer load.close()
 	raw, err := prepareInboxPage(ctx, b.db, false)
 	if err != nil {

@@ -16,8 +16,9 @@ const clockTicks = 100
 
 // databaseServers are process names whose CPU time counts as the database's,
 // not as other load: the benchmark's own server is among them (tidbtest is
-// the in-process TiDB of make bench-tidb).
-var databaseServers = map[string]bool{"mariadbd": true, "mysqld": true, "tidbtest": true}
+// the in-process TiDB of make bench-tidb; redis-server is the store of the
+// Redis anchor, idle but in phases O and W).
+var databaseServers = map[string]bool{"mariadbd": true, "mysqld": true, "tidbtest": true, "redis-server": true}
 
 // hostSampler measures, from /proc, the CPU that processes other than this
 // benchmark and the database servers use: other people's builds and tests
@@ -61,7 +62,7 @@ func (h *hostSampler) sample() {
 func (h *hostSampler) read() (map[string]int64, bool) {
 	out := map[string]int64{}
 	ok := eachProcess(func(pid, comm string, ticks int64) {
-		if pid != h.self && !databaseServers[comm] {
+		if _, ours := children.Load(pid); pid != h.self && !ours && !databaseServers[comm] {
 			out[pid] = ticks
 		}
 	})
@@ -84,24 +85,46 @@ func eachProcess(fn func(pid, comm string, ticks int64)) bool {
 		if err != nil {
 			continue
 		}
-		// pid (comm) state ppid … : comm may hold spaces, so cut at the last ')'.
-		s := string(b)
-		open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || closing < open {
-			continue
-		}
-		f := strings.Fields(s[closing+1:])
-		// Fields after comm start at state (field 3); utime and stime are 14 and 15.
-		if len(f) < 13 {
-			continue
-		}
-		ut, err1 := strconv.ParseInt(f[11], 10, 64)
-		st, err2 := strconv.ParseInt(f[12], 10, 64)
-		if err1 == nil && err2 == nil {
-			fn(pid, s[open+1:closing], ut+st)
+		if comm, ticks, ok := parseStat(string(b)); ok {
+			fn(pid, comm, ticks)
 		}
 	}
 	return true
+}
+
+// parseStat reads a process's command name and CPU ticks (user + system)
+// from the text of its /proc/<pid>/stat.
+func parseStat(s string) (comm string, ticks int64, ok bool) {
+	// pid (comm) state ppid … : comm may hold spaces, so cut at the last ')'.
+	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || closing < open {
+		return "", 0, false
+	}
+	f := strings.Fields(s[closing+1:])
+	// Fields after comm start at state (field 3); utime and stime are 14 and 15.
+	if len(f) < 13 {
+		return "", 0, false
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", 0, false
+	}
+	return s[open+1 : closing], ut + st, true
+}
+
+// pidCPU is the CPU seconds (user + system) process pid has used so
+// far, and its command name.
+func pidCPU(pid int) (seconds float64, comm string, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", err
+	}
+	comm, ticks, ok := parseStat(string(b))
+	if !ok {
+		return 0, "", fmt.Errorf("process %d: unreadable /proc stat", pid)
+	}
+	return float64(ticks) / clockTicks, comm, nil
 }
 
 // cpuTimes is CPU time used so far, in seconds, by this process and by the

@@ -24,12 +24,13 @@ import (
 // CPUs, so that client work would be charged to the server. Phase C keeps a
 // row read through the typed client as a diagnostic.
 type httpLoad struct {
-	addr string
+	pool connPool
 
-	mu    sync.Mutex
-	conns []*httpConn // every connection dialed
-	idle  []*httpConn // those no session holds
+	mu   sync.Mutex
+	held []*httpConn // connections sessions hold
 }
+
+func newHTTPLoad(addr string) *httpLoad { return &httpLoad{pool: connPool{addr: addr}} }
 
 // httpConn is one client's connection.
 type httpConn struct {
@@ -37,6 +38,11 @@ type httpConn struct {
 	r   *bufio.Reader
 	req []byte
 	buf []byte
+	// closed: the server said it closes the connection after its last
+	// response.
+	closed bool
+	// broken: a request on it failed in transport; it is not reused.
+	broken bool
 }
 
 // pager returns a pager that reads feed pages of pageLimit items over the
@@ -94,35 +100,16 @@ func feedPath(user uint64, cursor string) string {
 // use, and returns the body, valid until the connection's next request.
 func (h *httpLoad) get(ctx context.Context, s *session, path string) ([]byte, error) {
 	if s.conn == nil {
-		c, err := h.take(ctx)
+		c, err := h.pool.take(ctx)
 		if err != nil {
 			return nil, err
 		}
+		h.mu.Lock()
+		h.held = append(h.held, c)
+		h.mu.Unlock()
 		s.conn = c
 	}
 	return s.conn.get(path)
-}
-
-// take returns an idle connection, or dials one.
-func (h *httpLoad) take(ctx context.Context) (*httpConn, error) {
-	h.mu.Lock()
-	if n := len(h.idle); n > 0 {
-		c := h.idle[n-1]
-		h.idle = h.idle[:n-1]
-		h.mu.Unlock()
-		return c, nil
-	}
-	h.mu.Unlock()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", h.addr)
-	if err != nil {
-		return nil, err
-	}
-	hc := &httpConn{c: c, r: bufio.NewReaderSize(c, 16<<10)}
-	h.mu.Lock()
-	h.conns = append(h.conns, hc)
-	h.mu.Unlock()
-	return hc, nil
 }
 
 // release makes every connection idle again, once the sessions holding them
@@ -130,17 +117,16 @@ func (h *httpLoad) take(ctx context.Context) (*httpConn, error) {
 func (h *httpLoad) release() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.idle = append(h.idle[:0], h.conns...)
+	for _, c := range h.held {
+		h.pool.put(c)
+	}
+	h.held = nil
 }
 
 // close closes every connection the generator dialed.
 func (h *httpLoad) close() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, c := range h.conns {
-		c.c.Close()
-	}
-	h.conns, h.idle = nil, nil
+	h.release()
+	h.pool.close()
 }
 
 // requestTimeout bounds one request of the load generator.
@@ -148,57 +134,101 @@ const requestTimeout = 30 * time.Second
 
 // get requests path and returns the body, valid until the next call.
 func (c *httpConn) get(path string) ([]byte, error) {
-	c.req = append(c.req[:0], "GET "...)
-	c.req = append(c.req, path...)
-	c.req = append(c.req, " HTTP/1.1\r\nHost: feed\r\n\r\n"...)
 	// A stalled server fails the run instead of hanging it.
-	if err := c.c.SetDeadline(time.Now().Add(requestTimeout)); err != nil {
+	if err := c.send("GET", path, nil, time.Now().Add(requestTimeout)); err != nil {
 		return nil, err
 	}
-	if _, err := c.c.Write(c.req); err != nil {
-		return nil, err
+	return c.readOK()
+}
+
+// do sends one request with body (none if nil) and returns the response's
+// status and body, valid until the next call; the whole exchange must end
+// by deadline. A response that closes the connection sets c.closed.
+func (c *httpConn) do(method, path string, body []byte, deadline time.Time) (int, []byte, error) {
+	if err := c.send(method, path, body, deadline); err != nil {
+		return 0, nil, err
 	}
 	return c.readResponse()
 }
 
-// readResponse reads one response, framed by Content-Length or chunked, and
-// fails unless its status is 200.
-func (c *httpConn) readResponse() ([]byte, error) {
+// send writes one request.
+func (c *httpConn) send(method, path string, body []byte, deadline time.Time) error {
+	c.req = append(c.req[:0], method...)
+	c.req = append(c.req, ' ')
+	c.req = append(c.req, path...)
+	c.req = append(c.req, " HTTP/1.1\r\nHost: feed\r\n"...)
+	if body != nil {
+		c.req = append(c.req, "Content-Type: application/json\r\nContent-Length: "...)
+		c.req = strconv.AppendInt(c.req, int64(len(body)), 10)
+		c.req = append(c.req, "\r\n"...)
+	}
+	c.req = append(c.req, "\r\n"...)
+	c.req = append(c.req, body...)
+	if err := c.c.SetDeadline(deadline); err != nil {
+		return err
+	}
+	_, err := c.c.Write(c.req)
+	return err
+}
+
+// readOK reads one response and fails unless its status is 200 and the
+// connection stays open.
+func (c *httpConn) readOK() ([]byte, error) {
+	code, body, err := c.readResponse()
+	switch {
+	case err != nil:
+		return nil, err
+	case code != 200:
+		return nil, fmt.Errorf("status %d: %s", code, body)
+	case c.closed:
+		return nil, errors.New("the server closed a keep-alive connection")
+	}
+	return body, nil
+}
+
+// readResponse reads one response, framed by Content-Length or chunked,
+// and returns its status and body.
+func (c *httpConn) readResponse() (int, []byte, error) {
 	status, err := c.line()
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if len(status) < 12 || !bytes.HasPrefix(status, []byte("HTTP/1.1 ")) {
-		return nil, fmt.Errorf("bad status line %q", status)
+		return 0, nil, fmt.Errorf("bad status line %q", status)
 	}
-	code := string(status[9:12])
-	length, chunked, closing := -1, false, false
+	code, err := strconv.Atoi(string(status[9:12]))
+	if err != nil {
+		return 0, nil, fmt.Errorf("bad status line %q", status)
+	}
+	length, chunked := -1, false
 	for {
 		line, err := c.line()
 		if err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 		if len(line) == 0 {
 			break
 		}
 		name, value, ok := bytes.Cut(line, []byte(":"))
 		if !ok {
-			return nil, fmt.Errorf("bad header line %q", line)
+			return 0, nil, fmt.Errorf("bad header line %q", line)
 		}
 		value = bytes.TrimSpace(value)
 		switch {
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			if length, err = strconv.Atoi(string(value)); err != nil {
-				return nil, fmt.Errorf("bad Content-Length %q", value)
+				return 0, nil, fmt.Errorf("bad Content-Length %q", value)
 			}
 		case bytes.EqualFold(name, []byte("Transfer-Encoding")):
 			chunked = bytes.EqualFold(value, []byte("chunked"))
 		case bytes.EqualFold(name, []byte("Connection")):
-			closing = bytes.EqualFold(value, []byte("close"))
+			c.closed = bytes.EqualFold(value, []byte("close"))
 		}
 	}
 	c.buf = c.buf[:0]
 	switch {
+	case code == 204 || code == 304:
+		// No body, whatever the headers say (RFC 9112, 6.3).
 	case chunked:
 		err = c.readChunks()
 	case length >= 0:
@@ -207,15 +237,9 @@ func (c *httpConn) readResponse() ([]byte, error) {
 		err = errors.New("response without Content-Length or chunked encoding")
 	}
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	if code != "200" {
-		return nil, fmt.Errorf("status %s: %s", code, c.buf)
-	}
-	if closing {
-		return nil, errors.New("the server closed a keep-alive connection")
-	}
-	return c.buf, nil
+	return code, c.buf, nil
 }
 
 // line returns the next CRLF-terminated line without its terminator.

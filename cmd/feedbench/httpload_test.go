@@ -17,6 +17,7 @@ func TestHTTPLoadReadsResponses(t *testing.T) {
 		{"chunked with extension and trailer", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3;x=y\r\nhel\r\n2\r\nlo\r\n0\r\nT: v\r\n\r\n", "hello", false},
 		{"bare LF lines", "HTTP/1.1 200 OK\nContent-Length: 2\n\nhi", "hi", false},
 		{"not 200", "HTTP/1.1 400 Bad Request\r\nContent-Length: 3\r\n\r\nbad", "", true},
+		{"no content", "HTTP/1.1 204 No Content\r\n\r\n", "", true},
 		{"no framing", "HTTP/1.1 200 OK\r\n\r\nhello", "", true},
 		{"bad chunk size", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "", true},
 		{"short body", "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhello", "", true},
@@ -31,7 +32,7 @@ func TestHTTPLoadReadsResponses(t *testing.T) {
 			}
 			c := &httpConn{r: bufio.NewReader(strings.NewReader(raw))}
 			for range 2 { // the second read proves the first consumed exactly its response
-				body, err := c.readResponse()
+				body, err := c.readOK()
 				if tc.wantErr {
 					if err == nil {
 						t.Fatalf("read %q, want an error", body)

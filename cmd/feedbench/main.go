@@ -27,6 +27,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == anchorCommand {
+		if err := runAnchor(ctx, os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "feedbench redis anchor:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, os.Args[1:], os.Stderr); errors.Is(err, flag.ErrHelp) {
 		os.Exit(2)
 	} else if err != nil {

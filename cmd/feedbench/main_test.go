@@ -55,6 +55,11 @@ func TestQuick(t *testing.T) {
 		"| service deep page / raw threshold merge, p50, 20 followees |",
 		"| readers following 50 pull authors, HTTP |",
 		"## R. Reshard copy rate",
+		"## W. Page cost vs Redis",
+		"| feedd / Redis anchor, first pages/s |",
+		"## O. Open-loop mix",
+		"| highest rate held, feedd |",
+		"| highest rate held, Redis anchor |",
 		keepMarker,
 	}
 	if storetest.TiDB(t) {

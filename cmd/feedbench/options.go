@@ -83,6 +83,8 @@ type options struct {
 	ImportPosts   int // posts each publishes
 
 	deepOptions // phase P
+	mixOptions  // phase O
+	wrkOptions  // phase W
 
 	InboxEngine string // the service's FEED_INBOX_ENGINE
 
@@ -140,8 +142,9 @@ func defaultOptions() options {
 		StreamPosts:      200,
 		LiveViewers:      200,
 		InboxEngine:      string(store.InnoDB),
-		DiskDir:          ".data/bench-disk",
-		RocksDBCnf:       "deploy/rocksdb.cnf",
+
+		DiskDir:    ".data/bench-disk",
+		RocksDBCnf: "deploy/rocksdb.cnf",
 	}
 }
 
@@ -181,6 +184,14 @@ var quickSizes = map[string]string{
 	"deep-followees":     "20,60",
 	"deep-depth":         "400",
 	"deep-walks":         "1",
+	"mix-users":          "200",
+	"mix-followees":      "20",
+	"mix-seeds":          "2",
+	"mix-rates":          "100,200",
+	"mix-duration":       "3s",
+	"mix-check":          "50",
+	"wrk-duration":       "2s",
+	"wrk-slices":         "1",
 }
 
 func parseOptions(args []string, stderr io.Writer) (options, error) {
@@ -232,6 +243,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.StreamPosts, "stream-posts", o.StreamPosts, "S: posts timed from publish to their stream event")
 	fs.IntVar(&o.LiveViewers, "live-viewers", o.LiveViewers, "L: viewers following each of 5, 10 and 100 hosts")
 	o.deepOptions.flags(fs)
+	o.mixOptions.flags(fs)
+	o.wrkOptions.flags(fs)
 	fs.StringVar(&o.InboxEngine, "inbox-engine", o.InboxEngine, "the inbox table's engine, innodb or rocksdb (feedd --inbox-engine)")
 	fs.BoolVar(&o.Disk, "disk", false, "make bench-disk: start a server of its own with small caches and direct I/O, run the phases for each inbox engine, write the side-by-side section into -out")
 	fs.StringVar(&o.DiskDir, "disk-dir", o.DiskDir, "-disk: the server's data directory (on the disk to measure; emptied first)")
@@ -304,6 +317,12 @@ func (o options) validate() error {
 		return fmt.Errorf("-live-viewers must be >= 1")
 	case o.Streams < 1 || o.Streams > o.Users || o.StreamPosts < 1 || o.StreamIdle <= 0:
 		return fmt.Errorf("-streams must be in 1..-users (%d), -stream-posts >= 1 and -stream-idle > 0", o.Users)
+	}
+	if err := o.mixOptions.validate(); err != nil {
+		return err
+	}
+	if err := o.wrkOptions.validate(); err != nil {
+		return err
 	}
 	return o.deepOptions.validate()
 }

@@ -29,13 +29,16 @@ type phase struct {
 }
 
 // phases run in this order, which gives each the tables it needs: D's
-// first footprint on the freshly loaded inbox, C before fan-out trims any
-// inbox, P (on readers of its own) while the server is at rest, S on the
+// first footprint on the freshly loaded inbox, W and C before fan-out trims
+// any inbox, P (on readers of its own) while the server is at rest, S on the
 // loaded users' own feeds, L on hosts and viewers of its own, A on full
-// inboxes, B and M after them, the rest of D on what they all wrote. R and I, on
-// databases of their own, go last; run alone they need no loaded inboxes.
+// inboxes, B and M after them, the rest of D on what they all wrote. O, R
+// and I, on databases of their own, go last; run alone they need no loaded
+// inboxes.
 // The report orders its sections for the reader (report.render).
 var phases = []phase{
+	{letter: 'W', name: "Page cost vs Redis", measures: "first pages/s, p50/p99 and CPU per request of feedd and of a minimal Go server over Redis sorted sets holding the same feeds, under wrk",
+		targets: []string{"bench"}, loads: true, run: (*bench).pageCost},
 	{letter: 'C', name: "Feed read throughput", measures: "feed pages/s over HTTP and in-process vs a raw prepared keyset SELECT, for inbox-only, pull, filtering and muting readers",
 		targets: []string{"bench", "bench-disk", "bench-tidb"}, loads: true, run: (*bench).reads},
 	{letter: 'P', name: "Deep and hybrid pages", measures: "pages below the inbox at 50 to 2,000 followees over HTTP vs the same merge in raw SQL, and phase C's hybrid pages",
@@ -52,6 +55,8 @@ var phases = []phase{
 		targets: []string{"bench"}, loads: true, run: (*bench).smallPosts},
 	{letter: 'D', name: "Disk bytes per inbox row", measures: "as loaded, after the other phases, after OPTIMIZE TABLE, and at the steady state of fan-out and retention",
 		targets: []string{"bench", "bench-disk"}, loads: true, afterLoad: (*bench).footprintAsLoaded, run: (*bench).diskPhase},
+	{letter: 'O', name: "Open-loop mix", measures: "per-operation latency from scheduled times of an open-loop social mix at rising rates on a power-law follow graph, feedd beside the Redis anchor, and the feeds checked exact",
+		targets: []string{"bench", "soak-mix"}, run: (*bench).mixPhase},
 	{letter: 'R', name: "Reshard copy rate", measures: "store/reshard's copy of half the virtual shards to a second database vs raw INSERT … SELECT, on databases of its own",
 		targets: []string{"bench"}, run: (*bench).resharding,
 		notOnTiDB: "store/reshard fences stale writers with triggers, which TiDB does not have"},

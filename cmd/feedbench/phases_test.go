@@ -22,7 +22,7 @@ func TestPhaseTargets(t *testing.T) {
 		t.Fatalf("Makefile: the bench recipe should run ./cmd/feedbench without -phases, got %q", recipe)
 	}
 	want := map[string]string{"bench": phaseLetters()}
-	for target, variable := range map[string]string{"bench-disk": "DISK_BENCH", "bench-tidb": "TIDB_BENCH"} {
+	for target, variable := range map[string]string{"bench-disk": "DISK_BENCH", "bench-tidb": "TIDB_BENCH", "soak-mix": "SOAK_MIX_BENCH"} {
 		m := regexp.MustCompile(`(?m)^` + variable + ` = .*-phases ([A-Z]+)`).FindSubmatch(mk)
 		if m == nil {
 			t.Fatalf("Makefile: no -phases in %s", variable)

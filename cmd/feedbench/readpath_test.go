@@ -47,7 +47,7 @@ func BenchmarkFeedPage(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = stk.close() })
-	load := &httpLoad{addr: stk.addr}
+	load := newHTTPLoad(stk.addr)
 	b.Cleanup(load.close)
 
 	raw, err := prepareInboxPage(ctx, st.Shards()[0].DB, false)

@@ -108,7 +108,7 @@ func (b *bench) reads(ctx context.Context) error {
 		s.cursor = page.Next
 		return page.Next != "", err
 	}
-	load := &httpLoad{addr: b.stack.addr}
+	load := newHTTPLoad(b.stack.addr)
 	defer load.close()
 	httpPager := load.pager("")
 	api := b.stack.api

@@ -185,6 +185,8 @@ type report struct {
 	Streams    *streamResult
 	Deep       *deepResult
 	Live       *liveResult
+	Mix        *mixResult
+	PageCost   *wrkResult
 	// Unavailable holds, by phase letter, why a phase asked for could not
 	// run on the server.
 	Unavailable map[byte]string
@@ -268,11 +270,18 @@ func (r *report) render(w *bytes.Buffer) {
 	p("* A missed target is printed as **MISSED** with the figure; nothing is rounded up to meet one.")
 	p("* \"diagnostic\" rows are not targets: they time the layers between the ceiling and the HTTP reader")
 	p("  so the cost of each layer can be read off.")
+	p("* Phases W and O set feedd against another server instead of a raw-SQL ceiling: the Redis anchor, a")
+	p("  minimal Go server over Redis sorted sets with feedd's paths and JSON, holding the same feeds. Both")
+	p("  run as processes of their own (`feedd serve` built from ./cmd/feedd), so the CPU each figure")
+	p("  charges them is theirs and not the load generator's. W is closed-loop throughput under wrk; O is")
+	p("  what users see at given rates of a social mix, latency counted from each request's scheduled time.")
 	p("")
 	r.renderFanout(p)
 	r.renderLatency(p)
 	r.renderSmall(p)
 	r.renderReads(p)
+	r.renderPageCost(p)
+	r.renderMix(p)
 	r.renderDeep(p)
 	r.renderStreams(p)
 	r.renderLive(p)

@@ -36,6 +36,9 @@ type bench struct {
 	data   dataset
 
 	ceilingPosts uint64 // synthetic posts the insert ceiling wrote
+
+	tmp      string // the run's temporary directory (tempDir), removed at its end
+	feeddBin string // ./cmd/feedd built there (feeddBinary)
 }
 
 // run parses args, runs the benchmark and writes the report.
@@ -145,6 +148,11 @@ func measure(ctx context.Context, opt options, args []string, log *slog.Logger) 
 		rng:    rand.New(rand.NewPCG(opt.Seed, opt.Seed^0x9e3779b97f4a7c15)),
 		rep:    newReport(opt, args, addr, cfg.DBName),
 	}
+	defer func() {
+		if b.tmp != "" {
+			os.RemoveAll(b.tmp)
+		}
+	}()
 	b.rep.PullCacheTTL = stk.svc.Config().PullCacheTTL
 	if b.rep.Server, err = readServerInfo(ctx, b.db); err != nil {
 		return nil, err
