@@ -83,6 +83,10 @@ var mixOpNames = [mixOps]string{"read, first page", "read, next page", "post", "
 // and deletes 0.5 each.
 var mixWeights = [mixOps]float64{96 * 0.7, 96 * 0.3, 1.5, 1, 0.5, 0.5}
 
+// mixWarmup is the unmeasured run's length: 20 s, or the measured runs'
+// if shorter.
+func mixWarmup(d time.Duration) time.Duration { return min(d, 20*time.Second) }
+
 // drawOp draws an operation by mixWeights.
 func drawOp(rng *rand.Rand) mixOp {
 	x := rng.Float64() * 100
@@ -106,7 +110,7 @@ const (
 	mixVisibleInterval = time.Second           // one post's publish → visible is sampled this often
 	mixVisiblePoll     = 10 * time.Millisecond // the follower's first page is read this often
 	mixCheckLimit      = pageLimit
-	mixQuiesceTimeout  = 20 * time.Minute // for feedd's queues to empty
+	mixQuiesceTimeout  = 5 * time.Minute // for feedd's queues to empty
 )
 
 // mixTarget is one server phase O drives: feedd or the Redis anchor.
@@ -116,6 +120,8 @@ type mixTarget struct {
 	server   *child
 	storePID int // mariadbd or redis-server; 0 if not found
 	state    *mixState
+	// load gives the target the graph's follows and the seeds.
+	load func(ctx context.Context, g *mixGraph, seeds [][]mixPost) error
 	// quiesce waits until the server's background work is done.
 	quiesce func(ctx context.Context) error
 	// histograms, for feedd: its feed_http_request_seconds by route.
@@ -228,17 +234,14 @@ func (b *bench) mixPhase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	seeds := planSeeds(&g, o.MixSeeds, rand.New(rand.NewPCG(o.Seed, 1)))
 	for _, t := range targets {
 		start := time.Now()
-		if err := buildGraph(ctx, t.addr, &g); err != nil {
+		if err := t.load(ctx, &g, seeds); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
 		res.Build[t.name] = time.Since(start)
 		start = time.Now()
-		seeds, err := seedPosts(ctx, t.addr, &g, o.MixSeeds, rand.New(rand.NewPCG(o.Seed, 1)))
-		if err != nil {
-			return fmt.Errorf("%s: %w", t.name, err)
-		}
 		if err := t.quiesce(ctx); err != nil {
 			return err
 		}
@@ -248,9 +251,20 @@ func (b *bench) mixPhase(ctx context.Context) error {
 			"build_seconds", res.Build[t.name].Seconds(), "seed_seconds", res.Seed[t.name].Seconds())
 	}
 	rates, _ := o.rates()
+	// An unmeasured run at the first rate first: a server as it serves,
+	// its caches filled and the import's background work (InnoDB's
+	// flushing and purge) behind it.
+	for _, t := range targets {
+		if _, err := b.mixRun(ctx, t, rates[0], 1<<16, mixWarmup(o.MixDuration)); err != nil {
+			return fmt.Errorf("%s warming up: %w", t.name, err)
+		}
+		if err := t.quiesce(ctx); err != nil {
+			return err
+		}
+	}
 	for i, rate := range rates {
 		for _, t := range targets {
-			r, err := b.mixRun(ctx, t, rate, uint64(i))
+			r, err := b.mixRun(ctx, t, rate, uint64(i), o.MixDuration)
 			if err != nil {
 				return fmt.Errorf("%s at %g ops/s: %w", t.name, rate, err)
 			}
@@ -303,8 +317,17 @@ func (b *bench) mixTargets(ctx context.Context, g *mixGraph) ([]*mixTarget, func
 	}
 	stops = append(stops, func() { st.Close() })
 	feeddT := &mixTarget{name: "feedd", addr: f.url[len("http://"):], server: f.child, storePID: dbServerPID(ctx, b.db),
-		// The graph's follows leave one follow event each for the workers
-		// (150,000 at the defaults), which take minutes on 2 cores.
+		load: func(ctx context.Context, g *mixGraph, seeds [][]mixPost) error {
+			bin, err := b.feeddBinary()
+			if err != nil {
+				return err
+			}
+			dir, err := b.tempDir()
+			if err != nil {
+				return err
+			}
+			return importGraph(ctx, bin, dsn, g.pushThreshold, g, seeds, dir)
+		},
 		quiesce: func(ctx context.Context) error { return waitIdle(ctx, st, mixQuiesceTimeout) },
 		histograms: func(ctx context.Context) (map[string]serverHist, error) {
 			mfs, err := f.metrics(ctx)
@@ -322,6 +345,12 @@ func (b *bench) mixTargets(ctx context.Context, g *mixGraph) ([]*mixTarget, func
 	}
 	stops = append(stops, a.close)
 	anchorT := &mixTarget{name: "Redis anchor", addr: a.addr, server: a.child, storePID: a.redisPID,
+		load: func(ctx context.Context, g *mixGraph, seeds [][]mixPost) error {
+			if err := buildGraph(ctx, a.addr, g); err != nil {
+				return err
+			}
+			return seedPosts(ctx, a.addr, g, seeds)
+		},
 		quiesce: func(context.Context) error { return nil }}
 	return []*mixTarget{feeddT, anchorT}, stop, nil
 }
@@ -340,15 +369,15 @@ func (b *bench) dropDatabase(name string) {
 
 // mixRun drives the open-loop mix at rate against t for the phase's
 // duration.
-func (b *bench) mixRun(ctx context.Context, t *mixTarget, rate float64, run uint64) (mixRateResult, error) {
+func (b *bench) mixRun(ctx context.Context, t *mixTarget, rate float64, run uint64, window time.Duration) (mixRateResult, error) {
 	seed := b.opt.Seed
-	arrivals := poissonArrivals(rand.New(rand.NewPCG(seed, 100+run)), rate, b.opt.MixDuration)
+	arrivals := poissonArrivals(rand.New(rand.NewPCG(seed, 100+run)), rate, window)
 	ops := make([]mixOp, len(arrivals))
 	opRng := rand.New(rand.NewPCG(seed, 200+run))
 	for i := range ops {
 		ops[i] = drawOp(opRng)
 	}
-	res := mixRateResult{Target: t.name, Rate: rate, Window: b.opt.MixDuration, Offered: len(arrivals), Server: map[string][2]serverHist{}}
+	res := mixRateResult{Target: t.name, Rate: rate, Window: window, Offered: len(arrivals), Server: map[string][2]serverHist{}}
 	outcomes := make([]mixOutcome, len(arrivals))
 	var before map[string]serverHist
 	if t.histograms != nil {

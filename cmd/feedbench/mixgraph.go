@@ -1,11 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -156,44 +161,74 @@ func buildGraph(ctx context.Context, addr string, g *mixGraph) error {
 	})
 }
 
-// seedPosts has every user publish perUser posts through the API at addr,
-// their publish times spread over the last day, and returns them by
-// author index.
-func seedPosts(ctx context.Context, addr string, g *mixGraph, perUser int, rng *rand.Rand) ([][]mixPost, error) {
+// planSeeds draws the posts each user has before the mix: perUser each,
+// their publish times spread over the last day, their content ids the
+// bench's own. By author index.
+func planSeeds(g *mixGraph, perUser int, rng *rand.Rand) [][]mixPost {
 	now := time.Now().UnixMilli()
-	type job struct {
-		author int
-		at     int64
-	}
-	var jobs []job
+	seeds := make([][]mixPost, len(g.users))
+	id := uint64(1) << 50
 	for u := range g.users {
 		for range perUser {
-			jobs = append(jobs, job{u, now - 1 - rng.Int64N(24*time.Hour.Milliseconds())})
+			id++
+			seeds[u] = append(seeds[u], mixPost{ID: id, Time: now - 1 - rng.Int64N(24*time.Hour.Milliseconds())})
 		}
 	}
-	posts := make([]mixPost, len(jobs))
+	return seeds
+}
+
+// seedPosts publishes the seeds through the API at addr, each with its
+// content id and publish time.
+func seedPosts(ctx context.Context, addr string, g *mixGraph, seeds [][]mixPost) error {
+	type job struct {
+		author int
+		p      mixPost
+	}
+	var jobs []job
+	for u, ps := range seeds {
+		for _, p := range ps {
+			jobs = append(jobs, job{u, p})
+		}
+	}
 	pool := &connPool{addr: addr}
 	defer pool.close()
-	err := spread(8, len(jobs), func(i int) error {
+	return spread(8, len(jobs), func(i int) error {
 		j := jobs[i]
-		body := []byte(`{"publish_time":` + strconv.FormatInt(j.at, 10) + `}`)
-		resp, err := pool.call(ctx, "POST", "/v1/users/"+strconv.FormatUint(g.users[j.author], 10)+"/posts", body, time.Minute, 201)
-		if err != nil {
+		body := []byte(`{"content_id":"` + strconv.FormatUint(j.p.ID, 10) + `","publish_time":` + strconv.FormatInt(j.p.Time, 10) + `}`)
+		if _, err := pool.call(ctx, "POST", "/v1/users/"+strconv.FormatUint(g.users[j.author], 10)+"/posts", body, time.Minute, 201); err != nil {
 			return fmt.Errorf("seed posts: %w", err)
 		}
-		p, err := parsePost(resp)
-		if err != nil {
-			return fmt.Errorf("seed posts: %w", err)
-		}
-		posts[i] = p
 		return nil
 	})
+}
+
+// importGraph loads the graph's follows and the seeds into feedd's
+// database with feedd import (bin), as an app adopting feed brings its
+// data: the follows through POST /v1/follows would leave a follow event
+// each for the workers, minutes of backfills on 2 cores.
+func importGraph(ctx context.Context, bin, dsn string, pushThreshold int, g *mixGraph, seeds [][]mixPost, dir string) error {
+	path := filepath.Join(dir, "mix.jsonl")
+	f, err := os.Create(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	byAuthor := make([][]mixPost, len(g.users))
-	for i, j := range jobs {
-		byAuthor[j.author] = append(byAuthor[j.author], posts[i])
+	w := bufio.NewWriter(f)
+	for u, fs := range g.followees {
+		for _, a := range fs {
+			fmt.Fprintf(w, `{"type":"follow","user_id":"%d","author_id":"%d"}`+"\n", g.users[u], g.users[a])
+		}
 	}
-	return byAuthor, nil
+	for u, ps := range seeds {
+		for _, p := range ps {
+			fmt.Fprintf(w, `{"type":"post","author_id":"%d","content_id":"%d","publish_time":%d}`+"\n", g.users[u], p.ID, p.Time)
+		}
+	}
+	if err := errors.Join(w.Flush(), f.Close()); err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, bin, "import", "--mysql-dsn", dsn, "--push-threshold", strconv.Itoa(pushThreshold), path)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("feedd import: %w\n%s", err, out)
+	}
+	return nil
 }

@@ -14,16 +14,18 @@ func (r *report) renderMix(p func(string, ...any)) {
 	if !r.section(p, 'O', x != nil) {
 		return
 	}
-	p("A follow graph of %s users built through each server's `POST /v1/follows`: %s follows (mean %d",
-		count(x.Users), count(x.Edges), x.MeanFollowees)
+	p("A follow graph of %s users: %s follows (mean %d", count(x.Users), count(x.Edges), x.MeanFollowees)
 	p("followees), followers per author a power law of exponent %.3f (Kwak et al. 2010) in rank form,", kwakExponent)
 	p("the most followed author followed by %.0f%% of the others (the five most followed: %s followers);",
 		100*topFollowedShare, joinInts(x.TopFollowers))
 	p("feedd runs with `--push-threshold %d`, so the %d most followed authors push only to active", x.PushThreshold, pullAuthors)
-	p("followers. Each user then published %d posts (publish times over the last day). Both servers run", x.Seeds)
+	p("followers. Each user has %d posts (publish times over the last day). feedd gets the follows and", x.Seeds)
+	p("posts with `feedd import`, as an app adopting it would; the anchor through its API (`POST")
+	p("/v1/follows`, then each post). Both servers run")
 	p("as processes of their own: `feedd serve` (built from ./cmd/feedd, workers on, on a database of")
 	p("its own) and the Redis anchor (a minimal net/http server over Redis sorted sets, the same paths")
-	p("and JSON; phase W). At each rate, the two take turns: an **open-loop** Poisson schedule for %s,", x.Duration)
+	p("and JSON; phase W). Each first serves an unmeasured %s at the first rate, then at each rate", mixWarmup(x.Duration))
+	p("the two take turns: an **open-loop** Poisson schedule for %s,", x.Duration)
 	p("reads %.0f %% (%.0f %% first pages, %.0f %% next pages continuing the user's last cursor), posts %.1f %%,",
 		mixWeights[opFirstPage]+mixWeights[opNextPage], 70.0, 30.0, mixWeights[opPost])
 	p("follows %.0f %%, unfollows %.1f %%, deletes %.1f %%, each request on a connection of its own (the client", mixWeights[opFollow], mixWeights[opUnfollow], mixWeights[opDelete])

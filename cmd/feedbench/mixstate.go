@@ -60,7 +60,11 @@ type mixState struct {
 }
 
 func newMixState(g *mixGraph, seeds [][]mixPost) *mixState {
-	s := &mixState{g: g, following: make([]map[int]bool, len(g.users)), posts: seeds,
+	posts := make([][]mixPost, len(seeds)) // each target's own: published appends
+	for u, ps := range seeds {
+		posts[u] = slices.Clone(ps)
+	}
+	s := &mixState{g: g, following: make([]map[int]bool, len(g.users)), posts: posts,
 		busy: make([]bool, len(g.users)), uncertain: make([]bool, len(g.users)), cursors: map[int]string{}}
 	for u, fs := range g.followees {
 		s.following[u] = map[int]bool{}
