@@ -115,7 +115,8 @@ RACE_PKGS = . ./store/... ./service ./httpapi/...
 
 .PHONY: test
 test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB, then the store, service, crash and reshard tests with the inbox in MyRocks
-	@rocksdb="$$($(ROCKSDB_DSN))"; \
+	@$(WITH_BENCH_TOOLS) \
+	rocksdb="$$($(ROCKSDB_DSN))"; \
 	$(WITH_TEST_DB) \
 	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./... && \
 	FEED_TEST_MYSQL_DSN="$$rocksdb" && $(ROCKSDB_TESTS)
@@ -139,6 +140,7 @@ tidbtest:
 test-tidb: tidbtest ## go test ./... (crash tests included) on an in-process TiDB (tidbtest/; cold build ~7 min, ~2 GB cache)
 	@# The inbox engine tests start MyRocks servers of their own: this installs the plugin when missing.
 	@$(ROCKSDB_DSN) >/dev/null
+	@$(WITH_BENCH_TOOLS) true
 	bin/tidbtest -- $(GO) test -count=1 -timeout 40m $(TESTFLAGS) ./...
 
 .PHONY: test-console
@@ -152,18 +154,31 @@ test-console: ## Drive the console in headless Chromium against feedd (installs 
 	set -x; $(GO) vet -tags console ./httpapi/console/browser/ && \
 	$(GO) test -count=1 -tags console -timeout 10m $(TESTFLAGS) ./httpapi/console/browser/
 
-# Shell snippet: install Debian's wrk, the external load generator of
-# feedbench's phase W, when it is missing.
-WITH_WRK = \
+# Shell snippet: what feedbench's phases W and O drive besides feedd (and
+# TestQuick runs them): Debian's wrk, the external load generator, and a
+# Redis on 127.0.0.1:6379 for the Redis anchor, installed and started when
+# missing. Redis is the benchmark's only; the service never uses it.
+WITH_BENCH_TOOLS = \
 	if ! command -v wrk >/dev/null 2>&1; then \
 		[ "$$(id -u)" -eq 0 ] || { echo "make $@: wrk is missing: apt-get install wrk (as root)"; exit 1; }; \
 		echo "make $@: installing Debian's wrk"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; \
+	fi; \
+	if ! { command -v redis-cli >/dev/null 2>&1 && redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; }; then \
+		if ! command -v redis-server >/dev/null 2>&1; then \
+			[ "$$(id -u)" -eq 0 ] || { echo "make $@: Redis is missing: apt-get install redis-server (as root)"; exit 1; }; \
+			echo "make $@: installing Debian's redis-server"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		fi; \
+		redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || { \
+			echo "make $@: starting redis-server on 127.0.0.1:6379"; \
+			redis-server --bind 127.0.0.1 --port 6379 --save '' --appendonly no --daemonize yes >/dev/null; \
+			for i in 1 2 3 4 5 6 7 8 9 10; do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.5; done; }; \
 	fi;
 
 .PHONY: bench
 bench: ## Run cmd/feedbench (writes docs/BENCHMARKS.md; phases O and W need Redis on 127.0.0.1:6379 and wrk, installed if missing)
-	@$(WITH_WRK) $(WITH_TEST_DB) \
+	@$(WITH_BENCH_TOOLS) $(WITH_TEST_DB) \
 	set -x; $(GO) run ./cmd/feedbench $(BENCHFLAGS)
 
 # The open-loop mix alone, five minutes a rate, into a file of its own.
@@ -171,7 +186,7 @@ SOAK_MIX_BENCH = -phases O -mix-duration 5m -out .data/soak-mix.md
 
 .PHONY: soak-mix
 soak-mix: ## Phase O of feedbench alone, 5 minutes a rate: the open-loop mix against feedd and the Redis anchor (writes .data/soak-mix.md)
-	@$(WITH_TEST_DB) \
+	@$(WITH_BENCH_TOOLS) $(WITH_TEST_DB) \
 	set -x; $(GO) run ./cmd/feedbench $(SOAK_MIX_BENCH) $(BENCHFLAGS)
 
 # The disk-resident sizes: the compressed InnoDB inbox as loaded (about 55
@@ -232,7 +247,7 @@ lint: fmt vet staticcheck ## fmt + vet + staticcheck
 
 .PHONY: check
 check: lint ## The inner loop: lint, then go test ./... on the discovered MySQL/MariaDB only (cached results reused; no MyRocks pass)
-	@$(WITH_TEST_DB) \
+	@$(WITH_BENCH_TOOLS) $(WITH_TEST_DB) \
 	set -x; $(GO) test -timeout 15m $(TESTFLAGS) ./...
 
 .PHONY: db-stop
