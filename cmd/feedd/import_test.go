@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/internal/wait"
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
 	"github.com/feedhq/feed/store/storetest"
@@ -111,28 +112,53 @@ func TestImportKilled(t *testing.T) {
 	runFeedd(t, bin, append(append([]string{"import", "--mysql-dsn", refDSN}, flags...), path)...)
 	want := importState(t, ref)
 
-	_, dsn, _, db := crashDatabase(t)
 	rng := rand.New(rand.NewPCG(crashSeed(t), 7))
-	args := append(append([]string{"import", "--mysql-dsn", dsn}, flags...), path)
+	var (
+		db   *sql.DB
+		args []string
+	)
+	// fresh starts over on a database of its own.
+	fresh := func() {
+		var dsn string
+		_, dsn, _, db = crashDatabase(t)
+		args = append(append([]string{"import", "--mysql-dsn", dsn}, flags...), path)
+	}
+	fresh()
+	// progress is how far the import stands, comparable: its phase, then
+	// the lines its load phase loaded (0 before it starts).
+	progress := func() (phase, done int64) {
+		var p sql.NullInt64
+		_ = db.QueryRow(`SELECT phase, lines_done FROM imports`).Scan(&p, &done)
+		return p.Int64, done
+	}
 	midway := 0
 	for k := 0; midway < 3 && k < 12; k++ {
+		phase0, done0 := progress()
 		p := startFeedd(t, bin, fmt.Sprintf("feedd import #%d", k), args...)
-		delay := 100*time.Millisecond + time.Duration(rng.Int64N(int64(900*time.Millisecond)))
+		// The kill lands at a random instant after the process's first
+		// step (a check pass of the whole file comes before it, which a
+		// loaded machine can stretch past any fixed delay).
+		wait.For(t, p.name+" moving the import on", func() error {
+			if phase, done := progress(); phase != phase0 || done != done0 || p.exited() {
+				return nil
+			}
+			return fmt.Errorf("phase %d, %d lines loaded", phase0, done0)
+		})
+		delay := time.Duration(rng.Int64N(int64(300 * time.Millisecond)))
 		select {
 		case <-p.done:
 		case <-time.After(delay):
 		}
 		p.kill()
-		var phase sql.NullInt64
-		var done int64
-		_ = db.QueryRow(`SELECT phase, lines_done FROM imports`).Scan(&phase, &done)
-		t.Logf("kill %d after %s: phase %v, %d lines loaded", k, delay, phase, done)
-		if phase.Valid && (phase.Int64 > 0 || done > 0) && phase.Int64 < 3 {
+		phase, done := progress()
+		t.Logf("kill %d %s after its first step: phase %d, %d lines loaded", k, delay, phase, done)
+		switch {
+		case phase == 3:
+			// Finished before the kill: start over on a database of its own.
+			fresh()
+			midway = 0
+		case phase > 0 || done > 0:
 			midway++
-		}
-		if phase.Valid && phase.Int64 == 3 {
-			// Finished before the kill: start over on a clean run.
-			break
 		}
 	}
 	if midway < 3 {
