@@ -121,6 +121,11 @@ test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB, then the
 	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./... && \
 	FEED_TEST_MYSQL_DSN="$$rocksdb" && $(ROCKSDB_TESTS)
 
+.PHONY: test-bench
+test-bench: ## Run the whole benchmark at tiny sizes (cmd/feedbench's TestQuick, build tag bench) against a discovered MySQL/MariaDB, with wrk and Redis
+	@$(WITH_BENCH_TOOLS) $(WITH_TEST_DB) \
+	set -x; $(GO) test -tags bench -count=1 -timeout 20m -run TestQuick $(TESTFLAGS) ./cmd/feedbench
+
 .PHONY: test-race
 test-race: ## go test -race of the store, service and HTTP packages against a discovered MySQL/MariaDB (needs cgo and a C compiler)
 	@$(WITH_TEST_DB) \
@@ -141,7 +146,7 @@ test-tidb: tidbtest ## go test ./... (crash tests included) on an in-process TiD
 	@# The inbox engine tests start MyRocks servers of their own: this installs the plugin when missing.
 	@$(ROCKSDB_DSN) >/dev/null
 	@$(WITH_BENCH_TOOLS) true
-	bin/tidbtest -- $(GO) test -count=1 -timeout 40m $(TESTFLAGS) ./...
+	bin/tidbtest -- $(GO) test -tags bench -count=1 -timeout 40m $(TESTFLAGS) ./...
 
 .PHONY: test-console
 test-console: ## Drive the console in headless Chromium against feedd (installs Debian's chromium if missing)
@@ -233,14 +238,16 @@ fmt: ## Fail if gofmt would change any file (gofmt -l)
 	fi
 
 .PHONY: vet
-vet: ## go vet ./... (and the console-tagged browser test)
+vet: ## go vet ./... (and the console-tagged browser test, the bench-tagged quick benchmark)
 	$(GO) vet ./...
 	$(GO) vet -tags console ./httpapi/console/browser/
+	$(GO) vet -tags bench ./cmd/feedbench/
 
 .PHONY: staticcheck
 staticcheck: ## staticcheck ./..., the version go.mod pins as a tool (checks: staticcheck.conf files)
 	$(GO) tool staticcheck ./...
 	$(GO) tool staticcheck -tags console ./httpapi/console/browser/
+	$(GO) tool staticcheck -tags bench ./cmd/feedbench/
 
 .PHONY: lint
 lint: fmt vet staticcheck ## fmt + vet + staticcheck

@@ -1,3 +1,8 @@
+//go:build bench
+
+// The whole benchmark at tiny sizes, minutes on 2 CPUs: `make test-bench`
+// (in CI) and `make test-tidb` run it, `make test` does not.
+
 package main
 
 import (
