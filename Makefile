@@ -114,12 +114,10 @@ ROCKSDB_TESTS = \
 RACE_PKGS = . ./store/... ./service ./httpapi/...
 
 .PHONY: test
-test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB, then the store, service, crash and reshard tests with the inbox in MyRocks
+test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB (the MyRocks pass is make test-rocksdb, the quick benchmark make test-bench; CI runs both)
 	@$(WITH_BENCH_TOOLS) \
-	rocksdb="$$($(ROCKSDB_DSN))"; \
 	$(WITH_TEST_DB) \
-	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./... && \
-	FEED_TEST_MYSQL_DSN="$$rocksdb" && $(ROCKSDB_TESTS)
+	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./...
 
 .PHONY: test-bench
 test-bench: ## Run the whole benchmark at tiny sizes (cmd/feedbench's TestQuick, build tag bench) against a discovered MySQL/MariaDB, with wrk and Redis
