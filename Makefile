@@ -144,7 +144,7 @@ test-tidb: tidbtest ## go test ./... (crash tests included) on an in-process TiD
 	@# The inbox engine tests start MyRocks servers of their own: this installs the plugin when missing.
 	@$(ROCKSDB_DSN) >/dev/null
 	@$(WITH_BENCH_TOOLS) true
-	bin/tidbtest -- $(GO) test -tags bench -count=1 -timeout 40m $(TESTFLAGS) ./...
+	bin/tidbtest -- $(GO) test -count=1 -timeout 40m $(TESTFLAGS) ./...
 
 .PHONY: test-console
 test-console: ## Drive the console in headless Chromium against feedd (installs Debian's chromium if missing)

@@ -1,7 +1,7 @@
 //go:build bench
 
 // The whole benchmark at tiny sizes, minutes on 2 CPUs: `make test-bench`
-// (in CI) and `make test-tidb` run it, `make test` does not.
+// runs it (in CI, on MariaDB), `make test` and `make test-tidb` do not.
 
 package main
 
