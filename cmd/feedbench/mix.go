@@ -209,7 +209,6 @@ type mixResult struct {
 	Users, Edges, MeanFollowees, Seeds int
 	TopFollowers                       []int // the most followed authors' counts
 	PushThreshold                      int
-	Build, Seed                        map[string]time.Duration // by target
 	Runs                               []mixRateResult
 	Checks                             map[string]mixCheck
 	Duration                           time.Duration
@@ -224,7 +223,7 @@ func (b *bench) mixPhase(ctx context.Context) error {
 	g := newMixGraph(rng, o.MixUsers, o.MixFollowees)
 	res := &mixResult{Users: o.MixUsers, Edges: g.edges(), MeanFollowees: o.MixFollowees, Seeds: o.MixSeeds,
 		PushThreshold: g.pushThreshold, Duration: o.MixDuration,
-		Build: map[string]time.Duration{}, Seed: map[string]time.Duration{}, Checks: map[string]mixCheck{}}
+		Checks: map[string]mixCheck{}}
 	for _, a := range g.rank[:min(5, len(g.rank))] {
 		res.TopFollowers = append(res.TopFollowers, g.followers[a])
 	}
@@ -240,15 +239,13 @@ func (b *bench) mixPhase(ctx context.Context) error {
 		if err := t.load(ctx, &g, seeds); err != nil {
 			return fmt.Errorf("%s: %w", t.name, err)
 		}
-		res.Build[t.name] = time.Since(start)
-		start = time.Now()
+		loaded := time.Since(start)
 		if err := t.quiesce(ctx); err != nil {
 			return err
 		}
-		res.Seed[t.name] = time.Since(start)
 		t.state = newMixState(&g, seeds)
-		b.log.Info("feedbench: O graph built", "target", t.name, "users", len(g.users), "follows", res.Edges,
-			"build_seconds", res.Build[t.name].Seconds(), "seed_seconds", res.Seed[t.name].Seconds())
+		b.log.Info("feedbench: O graph loaded", "target", t.name, "users", len(g.users), "follows", res.Edges,
+			"load_seconds", loaded.Seconds(), "settle_seconds", (time.Since(start) - loaded).Seconds())
 	}
 	rates, _ := o.rates()
 	// An unmeasured run at the first rate first: a server as it serves,
