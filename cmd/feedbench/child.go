@@ -31,12 +31,16 @@ type child struct {
 var children sync.Map // pid string → struct{}
 
 // startChild starts bin with args, its environment the benchmark's
-// without any FEED_ setting (only the flags configure it). With announce,
-// it returns the first line the child writes to stdout (the address it
-// listens on), which it waits up to a minute for.
-func startChild(name, bin string, args []string, announce bool) (*child, string, error) {
+// without any FEED_ setting (only the flags configure it) and with
+// GOMAXPROCS=procs unless procs is 0. With announce, it returns the first
+// line the child writes to stdout (the address it listens on), which it
+// waits up to a minute for.
+func startChild(name, bin string, args []string, procs int, announce bool) (*child, string, error) {
 	c := &child{name: name, cmd: exec.Command(bin, args...), out: &tailBuffer{}, done: make(chan struct{})}
 	c.cmd.Env = childEnv()
+	if procs > 0 {
+		c.cmd.Env = append(c.cmd.Env, "GOMAXPROCS="+strconv.Itoa(procs))
+	}
 	c.cmd.Stderr = c.out
 	var stdout io.ReadCloser
 	if announce {

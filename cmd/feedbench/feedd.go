@@ -73,7 +73,7 @@ func (b *bench) startFeedd(ctx context.Context, dsn string, flags ...string) (*f
 	addr := "127.0.0.1:" + strconv.Itoa(port)
 	args := append([]string{"serve", "--mysql-dsn", dsn, "--http-addr", addr, "--workers=true",
 		"--drain-delay", "0s", "--log-level", "warn", "--inbox-engine", b.opt.InboxEngine}, flags...)
-	c, _, err := startChild("feedd", bin, args, false)
+	c, _, err := startChild("feedd", bin, args, b.opt.ServerProcs, false)
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func (r *report) renderMix(p func(string, ...any)) {
 	p("opens one more whenever all are busy) and its latency counted from its **scheduled** time, so a")
 	p("slow response delays nothing and a queue shows in the figures (no coordinated omission). A")
 	p("request unanswered in %s is a timeout. Server CPU is the server process's and the store's", openLoopTimeout)
-	p("(mariadbd or redis-server) from /proc over the run; the machine has %d CPUs.", runtime.NumCPU())
+	p("(mariadbd or redis-server) from /proc over the run; the machine has %d CPUs. %s", runtime.NumCPU(), serverProcs(r.Opt.ServerProcs))
 	p("")
 	p("| server | rate (ops/s) | op | n | p50 | p99 | p99.9 | max | 4xx | 5xx | timeouts | other errors |")
 	p("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -190,7 +190,7 @@ func (r *report) renderPageCost(p func(string, ...any)) {
 	p("server paging a Redis sorted set per user holding the same %d entries, with the same JSON. The", x.Entries)
 	p("two take turns in %d slices of %s each, after an unmeasured warm-up each. CPU per request is the", r.Opt.WrkSlices, r.Opt.WrkDuration)
 	p("server process's and its store's (mariadbd, redis-server) from /proc over the slices; wrk's own")
-	p("CPU is in neither. p50 and p99 are wrk's (`--latency`), the mean over the slices.")
+	p("CPU is in neither. p50 and p99 are wrk's (`--latency`), the mean over the slices. %s", serverProcs(r.Opt.ServerProcs))
 	p("")
 	p("| server | requests | requests/s | p50 | p99 | errors | server CPU µs/request | store CPU µs/request |")
 	p("|---|---:|---:|---:|---:|---:|---:|---:|")
@@ -209,4 +209,12 @@ func (r *report) renderPageCost(p func(string, ...any)) {
 	p("|---|---:|---:|---|")
 	p("| feedd / Redis anchor, first pages/s | %.2f | ≥ %.1f (goal 1.0) | %s |", ratio, targetPageCost, verdict(ratio, targetPageCost))
 	p("")
+}
+
+// serverProcs says which GOMAXPROCS the two servers ran with (-server-procs).
+func serverProcs(procs int) string {
+	if procs == 0 {
+		return fmt.Sprintf("Both servers run with Go's default GOMAXPROCS (%d, the machine's CPUs).", runtime.NumCPU())
+	}
+	return fmt.Sprintf("Both servers run with GOMAXPROCS=%d (`-server-procs %d`).", procs, procs)
 }

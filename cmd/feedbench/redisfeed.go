@@ -490,7 +490,7 @@ func (b *bench) startAnchor(ctx context.Context, tag string) (*anchor, error) {
 		return nil, fmt.Errorf("the Redis anchor needs a Redis server at -redis-addr %s: %w", b.opt.RedisAddr, err)
 	}
 	c, addr, err := startChild("redis anchor", self, []string{anchorCommand, "-redis", b.opt.RedisAddr, "-prefix", string(keys),
-		"-inbox-limit", strconv.Itoa(b.stack.svc.Config().InboxLimit)}, true)
+		"-inbox-limit", strconv.Itoa(b.stack.svc.Config().InboxLimit)}, b.opt.ServerProcs, true)
 	if err != nil {
 		rdb.Close()
 		return nil, err

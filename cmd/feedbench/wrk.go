@@ -22,15 +22,20 @@ type wrkOptions struct {
 	WrkDuration time.Duration // one slice of one server
 	WrkSlices   int
 	RedisAddr   string
+	ServerProcs int // GOMAXPROCS of feedd and the Redis anchor, 0 for Go's default
 }
 
 func (o *wrkOptions) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.WrkDuration, "wrk-duration", 10*time.Second, "W: length of one wrk slice")
 	fs.IntVar(&o.WrkSlices, "wrk-slices", 3, "W: slices per server, taking turns")
 	fs.StringVar(&o.RedisAddr, "redis-addr", "127.0.0.1:6379", "O, W: the Redis server of the Redis anchor")
+	fs.IntVar(&o.ServerProcs, "server-procs", 0, "O, W: GOMAXPROCS of the feedd and Redis anchor processes (0: Go's default, the machine's CPUs)")
 }
 
 func (o wrkOptions) validate() error {
+	if o.ServerProcs < 0 {
+		return fmt.Errorf("-server-procs must be >= 0")
+	}
 	if o.WrkDuration < time.Second || o.WrkSlices < 1 {
 		return fmt.Errorf("-wrk-duration must be >= 1s and -wrk-slices >= 1")
 	}
