@@ -44,7 +44,7 @@ type reshardResult struct {
 	Load             time.Duration
 
 	Copy, Verify, Cleanup stepResult
-	CutOver, Apply        time.Duration
+	SetUp, CutOver, Apply time.Duration // set-up: from the apply's start to the copy's
 
 	CeilingRows int64
 	CeilingIDs  time.Duration // reading the keys' ids and picking the moving ones
@@ -70,6 +70,7 @@ type reshardLoadResult struct {
 // the same step and table as the one before continues its scan.
 type progressTally struct {
 	steps map[string]*stepResult
+	first map[string]time.Time // by step: when its first report came
 	last  map[string]time.Time // by step: when its last report came
 	prev  reshard.Progress
 }
@@ -86,6 +87,9 @@ func (t *progressTally) add(p reshard.Progress) {
 	}
 	s.Read += read
 	s.Moved += moved
+	if _, ok := t.first[p.Step]; !ok {
+		t.first[p.Step] = time.Now()
+	}
 	t.last[p.Step] = time.Now()
 	t.prev = p
 }
@@ -126,12 +130,9 @@ func (b *bench) resharding(ctx context.Context) (err error) {
 	res.Load = time.Since(start)
 	b.log.Info("feedbench: R source loaded", "seconds", res.Load.Seconds())
 
-	if err := b.reshardCeiling(ctx, srcName, ceilName, res); err != nil {
-		return err
-	}
-
 	// The service's store, routing by the layout in force and following
-	// the cut-over as feedd serve does, carries a load meanwhile.
+	// the cut-over as feedd serve does, carries a load while the ceiling
+	// and the apply run.
 	live, err := store.Open(reshardMap(b.dsnOf(srcName), b.dsnOf(dstName), false))
 	if err != nil {
 		return err
@@ -151,7 +152,14 @@ func (b *bench) resharding(ctx context.Context) (err error) {
 	time.Sleep(reshardLoadWindow)
 	res.Before = stopLoad()
 
-	tally := &progressTally{steps: map[string]*stepResult{}, last: map[string]time.Time{}}
+	stopLoad = b.reshardLoad(ctx, live, users)
+	err = b.reshardCeiling(ctx, srcName, ceilName, res)
+	stopLoad()
+	if err != nil {
+		return err
+	}
+
+	tally := &progressTally{steps: map[string]*stepResult{}, first: map[string]time.Time{}, last: map[string]time.Time{}}
 	r, err := reshard.Open(ctx, reshardMap(b.dsnOf(srcName), b.dsnOf(dstName), true), reshard.Options{
 		Progress: tally.add,
 		Log:      slog.New(slog.DiscardHandler),
@@ -169,9 +177,9 @@ func (b *bench) resharding(ctx context.Context) (err error) {
 		return err
 	}
 	res.Apply = end.Sub(start)
-	copied, verified := tally.last["copy"], tally.last["verify"]
+	copying, copied, verified := tally.first["copy"], tally.last["copy"], tally.last["verify"]
 	res.Copy, res.Verify = *tally.steps["copy"], *tally.steps["verify"]
-	res.Copy.Time, res.Verify.Time, res.CutOver = copied.Sub(start), verified.Sub(copied), end.Sub(verified)
+	res.SetUp, res.Copy.Time, res.Verify.Time, res.CutOver = copying.Sub(start), copied.Sub(copying), verified.Sub(copied), end.Sub(verified)
 	b.log.Info("feedbench: R applied", "rows_copied", res.Copy.Moved, "copy_seconds", res.Copy.Time.Seconds(),
 		"verify_seconds", res.Verify.Time.Seconds(), "apply_seconds", res.Apply.Seconds())
 	// The load's read marks may add header rows after the ceiling ran;

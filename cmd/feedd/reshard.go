@@ -79,7 +79,7 @@ func runReshard(ctx context.Context, c reshardConfig, w io.Writer) error {
 	}
 	m.InboxEngine = c.Engine
 	bar := newRowBar(w, c.Progress)
-	opt := reshard.Options{BatchSize: c.Batch, Throttle: c.Throttle, Progress: bar.report}
+	opt := reshard.Options{BatchSize: c.Batch, Throttle: c.Throttle, Progress: bar.report, Log: newLogger(w, "text", "info")}
 	r, err := reshard.Open(ctx, m, opt)
 	if err != nil {
 		return err

@@ -30,16 +30,17 @@ import (
 // TestReshard moves data one database → two → three → back to two with
 // feedd reshard while a feedd process serves a continuous load of
 // publishes, deletes, follows, unfollows and feed reads, and kills the
-// first move's apply four times on the way. After each move every feed equals a brute-force sort of
+// first move's apply four times on the way. The first move copies within
+// one server, the others between two. After each move every feed equals a brute-force sort of
 // the acknowledged writes, every acknowledged post is there once, no
 // request failed other than with 503, a process started with the old map
 // refuses to start, and cleanup leaves each database only its own rows.
 func TestReshard(t *testing.T) {
 	t.Parallel()
-	dsn := map[string]string{}
-	for _, name := range []string{"a", "b", "c"} {
-		dsn[name] = storetest.StartServer(t).DSN + "feed"
-	}
+	// b shares a's server, so the first move's copy stays in the server;
+	// c has its own, so the later moves' rows go through the client.
+	shared := storetest.StartServer(t).DSN
+	dsn := map[string]string{"a": shared + "feed", "b": shared + "feed_b", "c": storetest.StartServer(t).DSN + "feed"}
 	dir := t.TempDir()
 	writeMap := func(name string, ranges map[string]string, empty ...string) string {
 		var b strings.Builder
@@ -132,6 +133,9 @@ func TestReshard(t *testing.T) {
 				return fmt.Errorf("its log:\n%s", out)
 			})
 			p.kill()
+			if i == 0 && !strings.Contains(p.out.String(), "the copy stays within the server") {
+				t.Fatalf("reshard apply from a to b, on one server, copied through the client:\n%s", p.out.String())
+			}
 			if strings.HasPrefix(at, "verify") {
 				// The serving process reports the reshard it probes.
 				wait.For(t, "reshard metrics", func() error {

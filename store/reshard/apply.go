@@ -39,7 +39,10 @@ func (r *Reshard) Plan(ctx context.Context) (Plan, error) {
 		return p, err
 	}
 	start := time.Now()
-	err := r.eachSourceRow(ctx, "count", func(t table, _ string, _ uint64, _ []any) error {
+	err := r.eachSourceRow(ctx, "count", nil, func(t table, _ string, g group) (bool, error) {
+		p.Rows[t.name] += g.rows
+		return true, nil
+	}, func(t table, _ string, _ uint64, _ []any) error {
 		p.Rows[t.name]++
 		return nil
 	}, &p.Scanned)
@@ -47,10 +50,12 @@ func (r *Reshard) Plan(ctx context.Context) (Plan, error) {
 	return p, err
 }
 
-// eachSourceRow reads every keyed table of every database that loses
-// virtual shards and calls fn for each row of a moving virtual shard, with
-// the database the row moves to.
-func (r *Reshard) eachSourceRow(ctx context.Context, step string, fn func(t table, to string, id uint64, row []any) error, scanned *int64) error {
+// eachSourceRow reads the rows of moving virtual shards in every keyed
+// table of every database that loses virtual shards (eachRow), and calls
+// fn for each with the database the row moves to; onGroup, if set, may
+// take a group of them whole instead, of batch(to) rows if batch is set.
+func (r *Reshard) eachSourceRow(ctx context.Context, step string, batch func(to string) int, onGroup func(t table, to string, g group) (bool, error),
+	fn func(t table, to string, id uint64, row []any) error, scanned *int64) error {
 	for _, from := range r.sources() {
 		db := r.dbs[from]
 		tables, err := describe(ctx, db)
@@ -59,25 +64,22 @@ func (r *Reshard) eachSourceRow(ctx context.Context, step string, fn func(t tabl
 		}
 		for _, t := range tables {
 			pr := Progress{Step: step, Table: t.name, Estimate: estimate(ctx, db, t.name)}
-			err := r.scan(ctx, db, t, func(id uint64, row []any) error {
-				pr.Rows++
-				*scanned++
-				v := r.vshard(id)
-				if r.inForce[v] == from && r.target[v] != from {
-					pr.Moved++
-					if err := fn(t, r.target[v], id, row); err != nil {
-						return err
-					}
+			var whole func(to string, g group) (bool, error)
+			if onGroup != nil {
+				whole = func(to string, g group) (bool, error) { return onGroup(t, to, g) }
+			}
+			err := r.eachRow(ctx, db, t, &pr, func(id uint64) string {
+				if v := r.vshard(id); r.inForce[v] == from && r.target[v] != from {
+					return r.target[v]
 				}
-				if pr.Rows%int64(r.opt.BatchSize) == 0 {
-					r.report(pr)
-				}
-				return nil
+				return ""
+			}, batch, whole, func(to string, id uint64, row []any) error {
+				return fn(t, to, id, row)
 			})
+			*scanned += pr.Rows
 			if err != nil {
 				return fmt.Errorf("reshard: %s %s on %s: %w", step, t.name, from, err)
 			}
-			r.report(pr)
 		}
 	}
 	return nil
@@ -458,7 +460,32 @@ func (r *Reshard) settleClaimable(ctx context.Context, name string, tables map[s
 
 // copy inserts every row of a moving virtual shard into its new database,
 // batch by batch; rows already there (an earlier run) are left as they are.
+// Into a database on the source's server the rows are copied by the server
+// (copyGroup); into another they go through the client.
 func (r *Reshard) copy(ctx context.Context) error {
+	src := r.Moves[0].From
+	conns, schemas := map[string]*sqlx.Conn{}, map[string]string{}
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for _, m := range r.Moves {
+		if _, ok := schemas[m.To]; ok {
+			continue
+		}
+		conn, schema, err := r.inServer(ctx, src, m.To)
+		if err != nil {
+			return fmt.Errorf("reshard: copy to %s: %w", m.To, err)
+		}
+		schemas[m.To] = schema
+		if conn != nil {
+			conns[m.To] = conn
+			r.opt.Log.Info("reshard: the copy stays within the server", "from", src, "to", m.To)
+		} else {
+			r.opt.Log.Info("reshard: the copy goes through this client (another server)", "from", src, "to", m.To)
+		}
+	}
 	type pending struct {
 		t    table
 		rows []any // flattened
@@ -478,16 +505,37 @@ func (r *Reshard) copy(ctx context.Context) error {
 		return err
 	}
 	var scanned, copied int64
+	// The source's mark counts the rows for status and the metrics.
+	count := func(n int64) error {
+		every := int64(r.opt.BatchSize * 10)
+		before := copied
+		if copied += n; copied/every == before/every {
+			return nil
+		}
+		return r.exec(ctx, src, copiedSQL, copied)
+	}
 	var current string
-	err := r.eachSourceRow(ctx, "copy", func(t table, to string, _ uint64, row []any) error {
+	batch := func(to string) int {
+		if conns[to] != nil {
+			return InServerBatches * r.opt.BatchSize
+		}
+		return r.opt.BatchSize
+	}
+	err := r.eachSourceRow(ctx, "copy", batch, func(t table, to string, g group) (bool, error) {
+		conn := conns[to]
+		if conn == nil {
+			return false, nil
+		}
+		if _, err := r.copyGroup(ctx, conn, t, schemas[to], g); err != nil {
+			return true, err
+		}
+		return true, count(g.rows)
+	}, func(t table, to string, _ uint64, row []any) error {
 		if t.claimable(row) {
 			return nil // moves after the cut-over (settleClaimable)
 		}
-		// The source's mark counts the rows for status and the metrics.
-		if copied++; copied%int64(r.opt.BatchSize*10) == 0 {
-			if err := r.exec(ctx, r.Moves[0].From, copiedSQL, copied); err != nil {
-				return err
-			}
+		if err := count(1); err != nil {
+			return err
 		}
 		if t.name != current { // a new table: write the last one's rest
 			for name := range batches {
@@ -517,7 +565,7 @@ func (r *Reshard) copy(ctx context.Context) error {
 			return fmt.Errorf("reshard: copy to %s: %w", name, err)
 		}
 	}
-	return r.exec(ctx, r.Moves[0].From, copiedSQL, copied)
+	return r.exec(ctx, src, copiedSQL, copied)
 }
 
 // Mismatch is a virtual shard whose rows of a table differ between its old
@@ -614,27 +662,27 @@ func (r *Reshard) digests(ctx context.Context, step string, side func(v int) str
 		}
 		for _, t := range tables {
 			pr := Progress{Step: step, Table: t.name, Estimate: estimate(ctx, db, t.name)}
-			err := r.scan(ctx, db, t, func(id uint64, row []any) error {
-				pr.Rows++
-				if v := r.vshard(id); moving[v] && side(v) == name && !t.claimable(row) {
-					pr.Moved++
-					k := digestKey{t.name, v}
-					h := hashes[k]
-					if h == nil {
-						h = sha256.New()
-						hashes[k] = h
-					}
-					writeRow(h, row)
+			err := r.eachRow(ctx, db, t, &pr, func(id uint64) string {
+				if v := r.vshard(id); moving[v] && side(v) == name {
+					return name
 				}
-				if pr.Rows%int64(r.opt.BatchSize) == 0 {
-					r.report(pr)
+				return ""
+			}, nil, nil, func(_ string, id uint64, row []any) error {
+				if t.claimable(row) {
+					return nil
 				}
+				k := digestKey{t.name, r.vshard(id)}
+				h := hashes[k]
+				if h == nil {
+					h = sha256.New()
+					hashes[k] = h
+				}
+				writeRow(h, row)
 				return nil
 			})
 			if err != nil {
 				return nil, fmt.Errorf("reshard: %s %s on %s: %w", step, t.name, name, err)
 			}
-			r.report(pr)
 		}
 	}
 	out := make(map[digestKey][]byte, len(hashes))
@@ -761,8 +809,8 @@ func (r *Reshard) Cleanup(ctx context.Context) error {
 }
 
 // deleteWhere deletes, from each database, the rows of the keyed tables
-// whose virtual shard gone(database, vshard) says do not belong there, by
-// primary key, batch by batch.
+// whose virtual shard gone(database, vshard) says do not belong there: by
+// group (eachRow), or by primary key a batch at a time.
 func (r *Reshard) deleteWhere(ctx context.Context, step string, gone func(name string, v int) bool) error {
 	for _, name := range r.names {
 		db := r.dbs[name]
@@ -772,43 +820,26 @@ func (r *Reshard) deleteWhere(ctx context.Context, step string, gone func(name s
 		}
 		for _, t := range tables {
 			pr := Progress{Step: step, Table: t.name, Estimate: estimate(ctx, db, t.name)}
-			// Where the placing id leads the primary key, a row's id names
-			// a range of it, which one DELETE … IN removes whole; other
-			// tables go row by row.
-			byID := t.pk[0] == t.key
 			var keys [][]any
-			var ids []any
 			// Workers may hold the rows (a push through a stale follow
 			// edge): a deadlock runs the batch again.
 			del := func() error {
-				err := retryLocked(ctx, func() error {
-					var err error
-					switch {
-					case len(ids) > 0:
-						_, err = db.ExecContext(ctx, "DELETE FROM `"+t.name+"` WHERE `"+t.cols[t.key]+"` IN (?"+
-							strings.Repeat(",?", len(ids)-1)+")", ids...)
-					case len(keys) > 0:
-						err = deleteKeys(ctx, db, t, keys)
-					}
-					return err
-				})
-				keys, ids = keys[:0], ids[:0]
+				if len(keys) == 0 {
+					return nil
+				}
+				err := retryLocked(ctx, func() error { return deleteKeys(ctx, db, t, keys) })
+				keys = keys[:0]
 				return err
 			}
-			var lastID uint64
-			err := r.scan(ctx, db, t, func(id uint64, row []any) error {
-				pr.Rows++
+			err := r.eachRow(ctx, db, t, &pr, func(id uint64) string {
 				if gone(name, r.vshard(id)) {
-					pr.Moved++
-					switch {
-					case !byID:
-						keys = append(keys, t.pkOf(row))
-					case len(ids) == 0 || id != lastID:
-						ids, lastID = append(ids, id), id
-					}
+					return name
 				}
-				if pr.Rows%int64(r.opt.BatchSize) == 0 {
-					r.report(pr)
+				return ""
+			}, nil, func(_ string, g group) (bool, error) {
+				return true, r.deleteGroup(ctx, db, t, g)
+			}, func(_ string, _ uint64, row []any) error {
+				if keys = append(keys, t.pkOf(row)); len(keys) == r.opt.BatchSize {
 					return del()
 				}
 				return nil
@@ -819,7 +850,6 @@ func (r *Reshard) deleteWhere(ctx context.Context, step string, gone func(name s
 			if err != nil {
 				return fmt.Errorf("reshard: %s %s on %s: %w", step, t.name, name, err)
 			}
-			r.report(pr)
 		}
 	}
 	return nil

@@ -4,11 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
-	"slices"
 	"testing"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed/store"
 	"github.com/feedhq/feed/store/shardmap"
@@ -23,25 +19,10 @@ import (
 // On TiDB the reshard refuses (ErrTiDB).
 func TestCatchUpDropsStaleCopies(t *testing.T) {
 	ctx := t.Context()
-	engine := storetest.InboxEngine(t)
-	dsn := map[string]string{"a": storetest.DatabaseDSN(t), "b": storetest.DatabaseDSN(t)}
-	for name, d := range dsn {
-		if err := store.MigrateDatabase(ctx, name, d, engine, slog.New(slog.DiscardHandler)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	a, err := sqlx.Open("mysql", dsn["a"])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
 	// The data is laid out on a alone, at epoch 1.
-	if err := store.RecordIdentity(ctx, a, "a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := store.RecordLayout(ctx, a, 1, shardmap.FormatLayout(slices.Repeat([]string{"a"}, 1024))); err != nil {
-		t.Fatal(err)
-	}
+	r, dbs := openReshard(t, map[string]string{"a": storetest.DatabaseDSN(t), "b": storetest.DatabaseDSN(t)},
+		"[{vshards: 0-511, database: a}, {vshards: 512-1023, database: b}]")
+	a := dbs["a"]
 	// A done delivery of an author in the half that moves to b.
 	author := uint64(1)
 	for shardmap.VirtualShard(author, 1024) < 512 {
@@ -52,16 +33,6 @@ func TestCatchUpDropsStaleCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	m, err := shardmap.Parse(fmt.Appendf(nil, "virtual_shards: 1024\ndatabases: {a: {dsn: %q}, b: {dsn: %q}}\nranges: [{vshards: 0-511, database: a}, {vshards: 512-1023, database: b}]\n", dsn["a"], dsn["b"]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.InboxEngine = string(engine)
-	r, err := Open(ctx, m, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	if storetest.TiDB(t) {
 		// No triggers, so no capture: the reshard refuses before it
 		// writes anything.

@@ -73,9 +73,14 @@ type Progress struct {
 	Estimate int64
 }
 
+// DefaultBatchSize is Options.BatchSize when it is not set.
+const DefaultBatchSize = 1000
+
 // Options tune a reshard.
 type Options struct {
-	// BatchSize is the rows one statement reads or writes (default 1000).
+	// BatchSize is the rows one statement reads or writes
+	// (DefaultBatchSize); a copy within one server takes InServerBatches
+	// batches a statement.
 	BatchSize int
 	// Throttle is a pause after each batch, to spare a busy server.
 	Throttle time.Duration
@@ -103,9 +108,8 @@ func Open(ctx context.Context, m *shardmap.Map, opt Options) (*Reshard, error) {
 	if err != nil {
 		return nil, err
 	}
-	opt.BatchSize = max(opt.BatchSize, 1)
-	if opt.BatchSize == 1 {
-		opt.BatchSize = 1000
+	if opt.BatchSize < 1 {
+		opt.BatchSize = DefaultBatchSize
 	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
@@ -232,6 +236,12 @@ type table struct {
 	cols []string // in order
 	pk   []int    // indexes into cols
 	key  int      // index of the placing id into cols
+	// order is the placing id, then the rest of the primary key: the
+	// order rows are read by id in (groups.go).
+	order []int
+	// byID names the index whose columns begin with order ("" if none):
+	// it finds an id's rows without reading the others'.
+	byID string
 }
 
 // pkOf returns the primary key values of row, a row of t.
@@ -291,8 +301,8 @@ func estimate(ctx context.Context, db *sqlx.DB, name string) int64 {
 const columnsSQL = `SELECT COLUMN_NAME FROM information_schema.COLUMNS
 WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`
 
-const primaryKeySQL = `SELECT COLUMN_NAME FROM information_schema.STATISTICS
-WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX`
+const indexesSQL = `SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ? ORDER BY INDEX_NAME <> 'PRIMARY', INDEX_NAME, SEQ_IN_INDEX`
 
 // describe reads the keyed tables' columns and primary keys from db.
 func describe(ctx context.Context, db *sqlx.DB) ([]table, error) {
@@ -302,16 +312,32 @@ func describe(ctx context.Context, db *sqlx.DB) ([]table, error) {
 		if err := db.SelectContext(ctx, &t.cols, columnsSQL, k.Name); err != nil {
 			return nil, err
 		}
-		var pk []string
-		if err := db.SelectContext(ctx, &pk, primaryKeySQL, k.Name); err != nil {
+		var idx []struct {
+			Name   string `db:"INDEX_NAME"`
+			Column string `db:"COLUMN_NAME"`
+		}
+		if err := db.SelectContext(ctx, &idx, indexesSQL, k.Name); err != nil {
 			return nil, err
 		}
-		t.key = slices.Index(t.cols, k.Key)
-		for _, c := range pk {
-			t.pk = append(t.pk, slices.Index(t.cols, c))
+		indexes := map[string][]int{}
+		var names []string // PRIMARY first
+		for _, c := range idx {
+			if indexes[c.Name] == nil {
+				names = append(names, c.Name)
+			}
+			indexes[c.Name] = append(indexes[c.Name], slices.Index(t.cols, c.Column))
 		}
+		t.key = slices.Index(t.cols, k.Key)
+		t.pk = indexes["PRIMARY"]
 		if len(t.cols) == 0 || t.key < 0 || len(t.pk) == 0 || slices.Contains(t.pk, -1) {
-			return nil, fmt.Errorf("table %s: unexpected schema (columns %v, primary key %v): migrate every database first", k.Name, t.cols, pk)
+			return nil, fmt.Errorf("table %s: unexpected schema (columns %v, primary key %v): migrate every database first", k.Name, t.cols, t.pk)
+		}
+		t.order = append([]int{t.key}, slices.DeleteFunc(slices.Clone(t.pk), func(c int) bool { return c == t.key })...)
+		for _, name := range names {
+			if cols := indexes[name]; len(cols) >= len(t.order) && slices.Equal(cols[:len(t.order)], t.order) {
+				t.byID = name
+				break
+			}
 		}
 		out = append(out, t)
 	}
@@ -329,20 +355,26 @@ func quoted(cols []string) string {
 
 // after returns the keyset predicate "pk > last" in its long form, which
 // every MySQL-family server range-scans, and its arguments.
-func (t table) after(last []any) (string, []any) {
+func (t table) after(last []any) (string, []any) { return t.keyset(t.pk, last, ">", ">") }
+
+// keyset returns the predicate comparing the columns cols (indexes into
+// t.cols) with those of row in its long form: "c1 op c2 op ..." in tuple
+// order, strict op on every column but the last, which takes lastOp. So
+// ">" and ">" is "cols > row", "<" and "<=" is "cols <= row".
+func (t table) keyset(cols []int, row []any, op, lastOp string) (string, []any) {
 	var b strings.Builder
 	var args []any
-	for i, c := range t.pk {
+	for i, c := range cols {
 		col := "`" + t.cols[c] + "`"
-		if i == len(t.pk)-1 {
-			b.WriteString(col + " > ?")
-			args = append(args, last[c])
+		if i == len(cols)-1 {
+			b.WriteString(col + " " + lastOp + " ?")
+			args = append(args, row[c])
 			break
 		}
-		b.WriteString(col + " > ? OR (" + col + " = ? AND (")
-		args = append(args, last[c], last[c])
+		b.WriteString(col + " " + op + " ? OR (" + col + " = ? AND (")
+		args = append(args, row[c], row[c])
 	}
-	b.WriteString(strings.Repeat("))", len(t.pk)-1))
+	b.WriteString(strings.Repeat("))", len(cols)-1))
 	return b.String(), args
 }
 
@@ -380,12 +412,8 @@ func (r *Reshard) scan(ctx context.Context, db *sqlx.DB, t table, fn func(id uin
 		if n < r.opt.BatchSize {
 			return nil
 		}
-		if r.opt.Throttle > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(r.opt.Throttle):
-			}
+		if err := r.pause(ctx); err != nil {
+			return err
 		}
 	}
 }
