@@ -116,6 +116,7 @@ RACE_PKGS = . ./store/... ./service ./httpapi/...
 .PHONY: test
 test: vet ## go vet + go test ./... against a discovered MySQL/MariaDB (the MyRocks pass is make test-rocksdb, the quick benchmark make test-bench; CI runs both)
 	@$(WITH_BENCH_TOOLS) \
+	$(WITH_ROCKSDB_PLUGIN) \
 	$(WITH_TEST_DB) \
 	set -x; $(GO) test -count=1 -timeout 15m $(TESTFLAGS) ./...
 
@@ -126,7 +127,8 @@ test-bench: ## Run the whole benchmark at tiny sizes (cmd/feedbench's TestQuick,
 
 .PHONY: test-race
 test-race: ## go test -race of the store, service and HTTP packages against a discovered MySQL/MariaDB (needs cgo and a C compiler)
-	@$(WITH_TEST_DB) \
+	@$(WITH_ROCKSDB_PLUGIN) \
+	$(WITH_TEST_DB) \
 	set -x; $(GO) test -race -count=1 -timeout 60m $(TESTFLAGS) $(RACE_PKGS)
 
 .PHONY: test-rocksdb
@@ -141,9 +143,7 @@ tidbtest:
 
 .PHONY: test-tidb
 test-tidb: tidbtest ## go test ./... (crash tests included) on an in-process TiDB (tidbtest/; cold build ~7 min, ~2 GB cache)
-	@# The inbox engine tests start MyRocks servers of their own: this installs the plugin when missing.
-	@$(ROCKSDB_DSN) >/dev/null
-	@$(WITH_BENCH_TOOLS) true
+	@$(WITH_ROCKSDB_PLUGIN) $(WITH_BENCH_TOOLS) true
 	@# One package at a time, and the process tests of cmd/feedd one at a time: the in-process
 	@# TiDB takes most of 2 CPUs, and the crash tests' 1 s leases and the shard-down test's 500 ms
 	@# probes need it answering within them.
@@ -160,6 +160,17 @@ test-console: ## Drive the console in headless Chromium against feedd (installs 
 	@$(WITH_TEST_DB) \
 	set -x; $(GO) vet -tags console ./httpapi/console/browser/ && \
 	$(GO) test -count=1 -tags console -timeout 10m $(TESTFLAGS) ./httpapi/console/browser/
+
+# Shell snippet: MariaDB's MyRocks plugin (mariadb-plugin-rocksdb), which
+# the tests that start throwaway MyRocks servers beside the InnoDB ones
+# (engine conversion, a crash mid-fan-out) and bench-disk load, installed
+# when missing.
+WITH_ROCKSDB_PLUGIN = \
+	if command -v dpkg-query >/dev/null 2>&1 && ! dpkg-query -W -f='$${Status}' mariadb-plugin-rocksdb 2>/dev/null | grep -q "ok installed"; then \
+		[ "$$(id -u)" -eq 0 ] || { echo "make $@: install mariadb-plugin-rocksdb (as root)"; exit 1; }; \
+		echo "make $@: installing mariadb-plugin-rocksdb"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-plugin-rocksdb >/dev/null; \
+	fi;
 
 # Shell snippet: what feedbench's phases W and O drive besides feedd (and
 # TestQuick runs them): Debian's wrk, the external load generator, and a
@@ -202,11 +213,7 @@ DISK_BENCH = -disk -phases ACD -users 66000 -inbox-rows 300 -reader-users 16500 
 
 .PHONY: bench-disk
 bench-disk: ## Disk-resident InnoDB against MyRocks inbox (own server, 128 MiB caches, O_DIRECT; section K of docs/BENCHMARKS.md)
-	@if ! dpkg-query -W -f='$${Status}' mariadb-plugin-rocksdb 2>/dev/null | grep -q "ok installed"; then \
-		[ "$$(id -u)" -eq 0 ] || { echo "make $@: install mariadb-plugin-rocksdb (as root)"; exit 1; }; \
-		echo "make $@: installing mariadb-plugin-rocksdb"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-plugin-rocksdb >/dev/null; \
-	fi
+	@$(WITH_ROCKSDB_PLUGIN) \
 	set -x; $(GO) run ./cmd/feedbench $(DISK_BENCH) $(BENCHFLAGS)
 
 # The TiDB run: both servers on this machine, one after the other.
@@ -219,7 +226,8 @@ bench-tidb: tidbtest ## Fan-out and feed pages on an in-process TiDB beside the 
 
 .PHONY: crash
 crash: ## Run the full crash/recovery tests (FEED_CRASH_FULL=1, -run TestCrash)
-	@$(WITH_TEST_DB) \
+	@$(WITH_ROCKSDB_PLUGIN) \
+	$(WITH_TEST_DB) \
 	export FEED_CRASH_FULL=1; \
 	set -x; $(GO) test -count=1 -timeout 60m -run 'TestCrash' $(TESTFLAGS) ./...
 
