@@ -1,7 +1,6 @@
 package service
 
 import (
-	"container/heap"
 	"slices"
 
 	"github.com/feedhq/feed"
@@ -10,76 +9,100 @@ import (
 // mergeNewest merges lists of posts into one newest-first list with each
 // content id once, dropping posts below floor (nil keeps all), and returns
 // its first n posts. A post can sit in an inbox and in its author's outbox
-// at once; both copies carry the same key, so they sort next to each other.
-// When the lists hold many more than n posts (a page merging dozens of
-// outboxes), a heap picks the n newest before anything is sorted, and a
-// list that is newest first is left at its first post too old for it.
+// at once; both copies carry the same key, so they come out of the merge
+// one after the other. The lists are merged k ways, their heads in a heap,
+// so a page merging dozens of outboxes takes about n steps, not one per
+// post offered; a list that is not newest first (one read from many
+// outboxes at once) is sorted first, in a copy: the lists are not changed.
 func mergeNewest(n int, floor *feed.Key, lists ...[]feed.Post) []feed.Post {
 	if n <= 0 {
 		return nil
 	}
-	total := 0
+	h := make(newestHeads, 0, len(lists))
 	for _, l := range lists {
-		total += len(l)
+		if len(l) == 0 {
+			continue
+		}
+		if !newestFirst(l) {
+			l = slices.SortedFunc(slices.Values(l), feed.NewestFirst)
+		}
+		h = append(h, l)
 	}
-	out := make([]feed.Post, 0, min(total, 2*n+1))
-	var h *oldestFirst
-	if total > 2*n {
-		h = &oldestFirst{in: map[uint64]bool{}}
+	if len(h) == 1 { // one list: its first n distinct posts
+		return firstDistinct(n, floor, h[0])
 	}
-	for _, l := range lists {
-		sorted := h != nil && slices.IsSortedFunc(l, feed.NewestFirst)
-		for _, p := range l {
-			if floor != nil && p.Key().Less(*floor) {
-				continue
-			}
-			if h == nil {
-				out = append(out, p)
-			} else if h.offer(p, n) && sorted {
-				break // the rest of the list is older still
-			}
+	h.init()
+	out := make([]feed.Post, 0, n)
+	for len(h) > 0 && len(out) < n {
+		p := h[0][0]
+		if floor != nil && p.Key().Less(*floor) {
+			break // every head is older still
+		}
+		if len(out) == 0 || out[len(out)-1].ContentID != p.ContentID {
+			out = append(out, p)
+		}
+		if h[0] = h[0][1:]; len(h[0]) == 0 {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		h.down(0)
+	}
+	return out
+}
+
+// firstDistinct returns the first n posts of a newest-first list, each
+// content id once, down to floor.
+func firstDistinct(n int, floor *feed.Key, l []feed.Post) []feed.Post {
+	out := make([]feed.Post, 0, min(n, len(l)))
+	for _, p := range l {
+		if len(out) == n || floor != nil && p.Key().Less(*floor) {
+			break
+		}
+		if len(out) == 0 || out[len(out)-1].ContentID != p.ContentID {
+			out = append(out, p)
 		}
 	}
-	if h != nil {
-		out = append(out, h.posts...)
+	return out
+}
+
+// newestFirst says whether l is in feed order.
+func newestFirst(l []feed.Post) bool {
+	for i := 1; i < len(l); i++ {
+		if l[i-1].Key().Less(l[i].Key()) {
+			return false
+		}
 	}
-	slices.SortFunc(out, feed.NewestFirst)
-	out = slices.CompactFunc(out, func(a, b feed.Post) bool { return a.ContentID == b.ContentID })
-	return out[:min(n, len(out))]
+	return true
 }
 
-// oldestFirst is a min-heap by key (the oldest post at the root) of the
-// newest distinct posts offered so far.
-type oldestFirst struct {
-	posts []feed.Post
-	in    map[uint64]bool // content ids in posts
-}
+// newestHeads is a heap of non-empty newest-first lists by their first
+// post, the newest at the root.
+type newestHeads [][]feed.Post
 
-func (h *oldestFirst) Len() int           { return len(h.posts) }
-func (h *oldestFirst) Less(i, j int) bool { return h.posts[i].Key().Less(h.posts[j].Key()) }
-func (h *oldestFirst) Swap(i, j int)      { h.posts[i], h.posts[j] = h.posts[j], h.posts[i] }
-func (h *oldestFirst) Push(x any)         { h.posts = append(h.posts, x.(feed.Post)) }
-func (h *oldestFirst) Pop() any {
-	p := h.posts[len(h.posts)-1]
-	h.posts = h.posts[:len(h.posts)-1]
-	return p
-}
+func (h newestHeads) newer(i, j int) bool { return h[j][0].Key().Less(h[i][0].Key()) }
 
-// offer keeps p if it is among the n newest distinct posts offered, and
-// reports whether p was left out for being older than all n.
-func (h *oldestFirst) offer(p feed.Post, n int) (older bool) {
-	switch {
-	case h.in[p.ContentID]:
-		return false // the other copy of a post held already
-	case len(h.posts) < n:
-	case h.posts[0].Key().Less(p.Key()):
-		delete(h.in, heap.Pop(h).(feed.Post).ContentID)
-	default:
-		return true
+func (h newestHeads) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
 	}
-	heap.Push(h, p)
-	h.in[p.ContentID] = true
-	return false
+}
+
+// down moves the list at i down to its place.
+func (h newestHeads) down(i int) {
+	for {
+		c := 2*i + 1
+		if c >= len(h) {
+			return
+		}
+		if r := c + 1; r < len(h) && h.newer(r, c) {
+			c = r
+		}
+		if !h.newer(c, i) {
+			return
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
 }
 
 // olderOf returns the older of two keys: the tighter of two "older than" bounds.
