@@ -26,12 +26,12 @@ import (
 type Plan struct {
 	Moves   []Move
 	Rows    map[string]int64 // by table: rows of moving virtual shards
-	Scanned int64            // rows read to count them
+	Scanned int64            // rows read to count them: the moving ones, and every row of a table whose id leads no index
 	Elapsed time.Duration
 }
 
-// Plan counts the rows each table would move, reading every source
-// database's keyed tables once. It refuses what Apply refuses: moves on
+// Plan counts the rows each table would move, reading the moving rows of
+// every source database once. It refuses what Apply refuses: moves on
 // TiDB (ErrTiDB).
 func (r *Reshard) Plan(ctx context.Context) (Plan, error) {
 	p := Plan{Moves: r.Moves, Rows: map[string]int64{}}
@@ -39,10 +39,9 @@ func (r *Reshard) Plan(ctx context.Context) (Plan, error) {
 		return p, err
 	}
 	start := time.Now()
-	err := r.eachSourceRow(ctx, "count", nil, func(t table, _ string, g group) (bool, error) {
-		p.Rows[t.name] += g.rows
-		return true, nil
-	}, func(t table, _ string, _ uint64, _ []any) error {
+	// The moving rows are read, not only counted: the time it takes is
+	// what an estimate of the apply's scales.
+	err := r.eachSourceRow(ctx, "count", nil, nil, func(t table, _ string, _ uint64, _ []any) error {
 		p.Rows[t.name]++
 		return nil
 	}, &p.Scanned)
@@ -76,7 +75,11 @@ func (r *Reshard) eachSourceRow(ctx context.Context, step string, batch func(to 
 			}, batch, whole, func(to string, id uint64, row []any) error {
 				return fn(t, to, id, row)
 			})
-			*scanned += pr.Rows
+			if t.byID != "" {
+				*scanned += pr.Moved // the others were only counted
+			} else {
+				*scanned += pr.Rows
+			}
 			if err != nil {
 				return fmt.Errorf("reshard: %s %s on %s: %w", step, t.name, from, err)
 			}
@@ -526,7 +529,7 @@ func (r *Reshard) copy(ctx context.Context) error {
 		if conn == nil {
 			return false, nil
 		}
-		if _, err := r.copyGroup(ctx, conn, t, schemas[to], g); err != nil {
+		if err := r.copyGroup(ctx, conn, t, schemas[to], g); err != nil {
 			return true, err
 		}
 		return true, count(g.rows)

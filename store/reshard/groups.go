@@ -172,9 +172,8 @@ func (r *Reshard) groupRows(ctx context.Context, db *sqlx.DB, t table, g group, 
 // copyGroup copies the rows of g's ids, but claimable ones, from the
 // source conn is on into schema on the same server, without the rows
 // leaving the server: INSERT IGNORE … SELECT, a batch of rows a statement
-// for a big group, whose bounds it reads first. It returns the rows
-// inserted.
-func (r *Reshard) copyGroup(ctx context.Context, conn *sqlx.Conn, t table, schema string, g group) (int64, error) {
+// for a big group, whose bounds it reads first.
+func (r *Reshard) copyGroup(ctx context.Context, conn *sqlx.Conn, t table, schema string, g group) error {
 	cols := quoted(t.cols)
 	head := "INSERT IGNORE INTO `" + strings.ReplaceAll(schema, "`", "``") + "`.`" + t.name + "` (" + cols + ") SELECT " + cols +
 		" FROM `" + t.name + "` FORCE INDEX (`" + t.byID + "`) WHERE "
@@ -182,32 +181,22 @@ func (r *Reshard) copyGroup(ctx context.Context, conn *sqlx.Conn, t table, schem
 	if c, ok := store.Claimable[t.name]; ok {
 		notClaimable = " AND NOT (" + c.SQL + ")"
 	}
-	var copied int64
 	insert := func(where string, args []any) error {
 		return retryLocked(ctx, func() error {
-			res, err := conn.ExecContext(ctx, head+where+notClaimable, args...)
-			if err != nil {
-				return err
-			}
-			n, err := res.RowsAffected()
-			copied += n
+			_, err := conn.ExecContext(ctx, head+where+notClaimable, args...)
 			return err
 		})
 	}
 	if !g.big() {
 		where, args := t.idsIn(g.ids)
-		return copied, insert(where, args)
-	}
-	orderCols := make([]string, len(t.order))
-	for i, c := range t.order {
-		orderCols[i] = "`" + t.cols[c] + "`"
+		return insert(where, args)
 	}
 	var last []any
 	for {
 		where, args := t.oneID(g.ids[0], last)
 		// The batch's last row, where the next one starts.
 		var bound []any
-		_, err := scanBatch(ctx, conn, "SELECT "+strings.Join(orderCols, ", ")+" FROM `"+t.name+"` FORCE INDEX (`"+t.byID+"`) WHERE "+
+		_, err := scanBatch(ctx, conn, "SELECT "+t.orderBy()+" FROM `"+t.name+"` FORCE INDEX (`"+t.byID+"`) WHERE "+
 			where+" ORDER BY "+t.orderBy()+" LIMIT 1 OFFSET ?", append(slices.Clone(args), g.batch-1), len(t.order), func(row []any) error {
 			bound = make([]any, len(t.cols))
 			for i, c := range t.order {
@@ -216,18 +205,18 @@ func (r *Reshard) copyGroup(ctx context.Context, conn *sqlx.Conn, t table, schem
 			return nil
 		})
 		if err != nil {
-			return copied, err
+			return err
 		}
 		if bound == nil { // the rest is less than a batch
-			return copied, insert(where, args)
+			return insert(where, args)
 		}
 		upTo, uargs := t.keyset(t.order, bound, "<", "<=")
 		if err := insert(where+" AND ("+upTo+")", append(args, uargs...)); err != nil {
-			return copied, err
+			return err
 		}
 		last = bound
 		if err := r.pause(ctx); err != nil {
-			return copied, err
+			return err
 		}
 	}
 }
@@ -283,7 +272,7 @@ func (t table) oneID(id uint64, last []any) (string, []any) {
 	return where, args
 }
 
-// orderBy is t.order as an ORDER BY list.
+// orderBy is t.order as a list of columns, for ORDER BY or SELECT.
 func (t table) orderBy() string {
 	cols := make([]string, len(t.order))
 	for i, c := range t.order {
