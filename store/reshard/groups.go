@@ -300,8 +300,8 @@ func (r *Reshard) pause(ctx context.Context) error {
 // rows (READ COMMITTED), so the service's writes to them do not wait. The
 // server is the same when a lock taken on to is seen taken from from, and
 // the schema is to's when from reads to's identity there; otherwise (or
-// without the privileges to read it) the connection is nil and the rows
-// go through the client.
+// without the privileges to read and write it from from) the connection
+// is nil and the rows go through the client.
 func (r *Reshard) inServer(ctx context.Context, from, to string) (*sqlx.Conn, string, error) {
 	probe, err := r.dbs[to].Connx(ctx)
 	if err != nil {
@@ -326,10 +326,16 @@ func (r *Reshard) inServer(ctx context.Context, from, to string) (*sqlx.Conn, st
 	if !holder.Valid || holder.Int64 != id {
 		return nil, "", nil
 	}
+	// From the source, the schema must be to's, and writable: an INSERT
+	// of no rows checks the privilege without writing.
+	there := "`" + strings.ReplaceAll(schema, "`", "``") + "`.identity"
 	var ident string
-	err = r.dbs[from].GetContext(ctx, &ident, "SELECT name FROM `"+strings.ReplaceAll(schema, "`", "``")+"`.identity WHERE id = 0")
+	err = r.dbs[from].GetContext(ctx, &ident, "SELECT name FROM "+there+" WHERE id = 0")
+	if err == nil && ident == to {
+		_, err = r.dbs[from].ExecContext(ctx, "INSERT IGNORE INTO "+there+" (id, name) SELECT id, name FROM "+there+" WHERE 1 = 0")
+	}
 	if err != nil || ident != to {
-		return nil, "", nil //nolint:nilerr // not readable from there: the rows go through the client
+		return nil, "", nil //nolint:nilerr // not reachable from there: the rows go through the client
 	}
 	conn, err := r.dbs[from].Connx(ctx)
 	if err != nil {
