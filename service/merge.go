@@ -23,13 +23,10 @@ func mergeNewest(n int, floor *feed.Key, lists ...[]feed.Post) []feed.Post {
 		if len(l) == 0 {
 			continue
 		}
-		if !newestFirst(l) {
+		if !slices.IsSortedFunc(l, feed.NewestFirst) {
 			l = slices.SortedFunc(slices.Values(l), feed.NewestFirst)
 		}
 		h = append(h, l)
-	}
-	if len(h) == 1 { // one list: its first n distinct posts
-		return firstDistinct(n, floor, h[0])
 	}
 	h.init()
 	out := make([]feed.Post, 0, n)
@@ -48,31 +45,6 @@ func mergeNewest(n int, floor *feed.Key, lists ...[]feed.Post) []feed.Post {
 		h.down(0)
 	}
 	return out
-}
-
-// firstDistinct returns the first n posts of a newest-first list, each
-// content id once, down to floor.
-func firstDistinct(n int, floor *feed.Key, l []feed.Post) []feed.Post {
-	out := make([]feed.Post, 0, min(n, len(l)))
-	for _, p := range l {
-		if len(out) == n || floor != nil && p.Key().Less(*floor) {
-			break
-		}
-		if len(out) == 0 || out[len(out)-1].ContentID != p.ContentID {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// newestFirst says whether l is in feed order.
-func newestFirst(l []feed.Post) bool {
-	for i := 1; i < len(l); i++ {
-		if l[i-1].Key().Less(l[i].Key()) {
-			return false
-		}
-	}
-	return true
 }
 
 // newestHeads is a heap of non-empty newest-first lists by their first

@@ -95,7 +95,7 @@ func (r *Reshard) eachGroup(ctx context.Context, db *sqlx.DB, t table, pr *Progr
 		return r.pause(ctx)
 	}
 	k := "`" + t.cols[t.key] + "`"
-	list := "SELECT " + k + " AS id, COUNT(*) AS n FROM `" + t.name + "` FORCE INDEX (`" + t.byID + "`) WHERE " + k + " %s ? GROUP BY " + k + " ORDER BY " + k + " LIMIT ?"
+	list := "SELECT " + k + " AS id, COUNT(*) AS n" + t.fromByID() + " WHERE " + k + " %s ? GROUP BY " + k + " ORDER BY " + k + " LIMIT ?"
 	type counted struct {
 		ID   uint64 `db:"id"`
 		Rows int64  `db:"n"`
@@ -147,7 +147,7 @@ func (r *Reshard) eachGroup(ctx context.Context, db *sqlx.DB, t table, pr *Progr
 // groupRows reads the rows of g's ids on db in t.order and calls fn with
 // each: in one statement, or a batch at a time for a big group.
 func (r *Reshard) groupRows(ctx context.Context, db *sqlx.DB, t table, g group, fn func(row []any) error) error {
-	sel := "SELECT " + quoted(t.cols) + " FROM `" + t.name + "` FORCE INDEX (`" + t.byID + "`) WHERE "
+	sel := "SELECT " + quoted(t.cols) + t.fromByID() + " WHERE "
 	if !g.big() {
 		where, args := t.idsIn(g.ids)
 		_, err := scanBatch(ctx, db, sel+where+" ORDER BY "+t.orderBy(), args, len(t.cols), fn)
@@ -176,7 +176,7 @@ func (r *Reshard) groupRows(ctx context.Context, db *sqlx.DB, t table, g group, 
 func (r *Reshard) copyGroup(ctx context.Context, conn *sqlx.Conn, t table, schema string, g group) error {
 	cols := quoted(t.cols)
 	head := "INSERT IGNORE INTO `" + strings.ReplaceAll(schema, "`", "``") + "`.`" + t.name + "` (" + cols + ") SELECT " + cols +
-		" FROM `" + t.name + "` FORCE INDEX (`" + t.byID + "`) WHERE "
+		t.fromByID() + " WHERE "
 	var notClaimable string
 	if c, ok := store.Claimable[t.name]; ok {
 		notClaimable = " AND NOT (" + c.SQL + ")"
@@ -196,7 +196,7 @@ func (r *Reshard) copyGroup(ctx context.Context, conn *sqlx.Conn, t table, schem
 		where, args := t.oneID(g.ids[0], last)
 		// The batch's last row, where the next one starts.
 		var bound []any
-		_, err := scanBatch(ctx, conn, "SELECT "+t.orderBy()+" FROM `"+t.name+"` FORCE INDEX (`"+t.byID+"`) WHERE "+
+		_, err := scanBatch(ctx, conn, "SELECT "+t.orderBy()+t.fromByID()+" WHERE "+
 			where+" ORDER BY "+t.orderBy()+" LIMIT 1 OFFSET ?", append(slices.Clone(args), g.batch-1), len(t.order), func(row []any) error {
 			bound = make([]any, len(t.cols))
 			for i, c := range t.order {
@@ -271,6 +271,9 @@ func (t table) oneID(id uint64, last []any) (string, []any) {
 	}
 	return where, args
 }
+
+// fromByID is the FROM clause reading t through its byID index.
+func (t table) fromByID() string { return " FROM `" + t.name + "` FORCE INDEX (`" + t.byID + "`)" }
 
 // orderBy is t.order as a list of columns, for ORDER BY or SELECT.
 func (t table) orderBy() string {
