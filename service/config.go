@@ -78,8 +78,8 @@ type Config struct {
 	TaskSize int
 	// BatchSize is how many followers one sub-task transaction writes.
 	BatchSize int
-	// Workers is the number of fan-out goroutines per shard, and how many
-	// deliveries one shard plans, and follow events it applies, at a time.
+	// Workers is the number of fan-out loops per shard, and of follow-event
+	// loops, and how many deliveries one shard plans at a time.
 	Workers int
 	// Lease is how long a claim lasts before another worker may take over.
 	Lease time.Duration

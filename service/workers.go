@@ -74,8 +74,10 @@ func (s *Service) RunWorkers(ctx context.Context, softStop time.Duration) {
 		for range s.cfg.Workers {
 			run("fanout", func(ctx, work context.Context) (int, error) { return s.runTasks(ctx, work, sh) })
 		}
-		follows := newStepSize(backfillChunk)
-		run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh, follows) })
+		for range s.cfg.Workers {
+			follows := newStepSize(backfillChunk)
+			run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh, follows) })
+		}
 		run("switch", func(ctx, work context.Context) (int, error) { return s.runSwitches(ctx, work, sh) })
 		run("tombstones", func(ctx, work context.Context) (int, error) { return s.purgeTombstones(work, sh) })
 		moves := newStepSize(moveBatchSize)

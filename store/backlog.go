@@ -51,3 +51,29 @@ func (sh *Shard) Backlog(ctx context.Context) (Backlog, error) {
 	err := sqlx.GetContext(ctx, sh.pool(ctx), &b, backlogSQL)
 	return b, wrap("backlog", err)
 }
+
+// idleSQL asks whether the shard has no work queued, as Backlog.Idle
+// would, stopping at the first queued row of each queue where Backlog
+// counts them all.
+const idleSQL = `SELECT NOT (
+ EXISTS (SELECT 1 FROM deliveries WHERE state = ` + deliveryPendingSQL + `) OR
+ EXISTS (SELECT 1 FROM fanout_tasks WHERE done = 0) OR
+ EXISTS (SELECT 1 FROM follow_events) OR
+ EXISTS (SELECT 1 FROM authors WHERE mode = ` + authorSwitchingSQL + `) OR
+ EXISTS (SELECT 1 FROM moves WHERE state < ` + moveDoneSQL + `))`
+
+// Idle reports whether no shard has work queued: Backlog(ctx).Idle() at
+// the cost of a look at each queue's first row, for waiting on the system
+// to come to rest while it works.
+func (s *Store) Idle(ctx context.Context) (bool, error) {
+	for _, sh := range s.shards {
+		var idle bool
+		if err := sqlx.GetContext(ctx, sh.pool(ctx), &idle, idleSQL); err != nil {
+			return false, wrap("idle", err)
+		}
+		if !idle {
+			return false, nil
+		}
+	}
+	return true, nil
+}

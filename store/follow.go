@@ -280,7 +280,7 @@ func followShare(ctx context.Context, tx *sqlx.Tx, edges []FollowEdge, idx []int
 // The pair lookups of a share of follows, each the head of a statement
 // whose WHERE is the pairs' keyIn, then its tail.
 const (
-	existingEdgesSQL = `SELECT user_id, author_id FROM following WHERE `
+	existingEdgesSQL = `SELECT user_id, author_id FROM ` + followingByPair + ` WHERE `
 	pairsMutedSQL    = `SELECT user_id, author_id FROM mutes WHERE `
 	pairsKeptSQL     = `SELECT user_id, author_id FROM kept_history WHERE `
 )

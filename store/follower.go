@@ -49,7 +49,7 @@ func (s *Store) RemoveFollower(ctx context.Context, authorID, userID uint64) err
 	return wrap("remove follower", err)
 }
 
-const edgesOfPairsSQL = `SELECT user_id, author_id, followed_at FROM following WHERE `
+const edgesOfPairsSQL = `SELECT user_id, author_id, followed_at FROM ` + followingByPair + ` WHERE `
 
 // FollowEdges returns the edges that exist among the events' pairs, read on
 // sh, the database of the events' users, with one statement per

@@ -302,10 +302,10 @@ type BackfillPair struct {
 }
 
 const (
-	lockEdgesSQL = `SELECT user_id, author_id, pull, muted, history_time, history_id FROM following WHERE `
+	lockEdgesSQL = `SELECT user_id, author_id, pull, muted, history_time, history_id FROM ` + followingByPair + ` WHERE `
 	// settlePairsSQL settles the pull bits of backfilled edges: the
 	// pending bit cleared, PullBelowActive kept, and set for pull authors.
-	settlePairsSQL = `UPDATE following SET pull = (pull & ` + pullBelowActiveSQL + `) | ? WHERE `
+	settlePairsSQL = `UPDATE ` + followingByPair + ` SET pull = (pull & ` + pullBelowActiveSQL + `) | ? WHERE `
 	// backfillUsers bounds the users one transaction of BackfillMany takes.
 	backfillUsers = 64
 )

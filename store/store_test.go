@@ -149,9 +149,16 @@ WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'inbox'`).Scan(&format, &option
 func TestBacklog(t *testing.T) {
 	t.Parallel()
 	st := newStore(t, 2)
+	// backlog also checks that Idle agrees with the counts.
 	backlog := func() store.Backlog {
+		t.Helper()
 		b, err := st.Backlog(t.Context())
 		must(t, err)
+		idle, err := st.Idle(t.Context())
+		must(t, err)
+		if idle != b.Idle() {
+			t.Errorf("Idle() = %v with backlog %+v", idle, b)
+		}
 		return b
 	}
 	if b := backlog(); !b.Idle() {

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -16,7 +18,9 @@ import (
 // in process, from new users: the same number of edges once as batches
 // of POST /v1/follows (service.FollowMany) and once as single follows
 // (service.Follow), with the workers running, until every follow event is
-// applied (followers rows added, backfills copied).
+// applied (followers rows added, backfills copied); and once as an import
+// of a file of those follows (service.Import, what feedd import runs),
+// which does the same work: the anchor batch follows are held to.
 
 // followRate is one way of following.
 type followRate struct {
@@ -65,7 +69,12 @@ func (b *bench) followRates(ctx context.Context, st *store.Store, svc *service.S
 	base := uint64(authors) + 1
 	batched := followEdges(base, authors)
 	singles := followEdges(base+followUsers, authors)
-	var out []followRate
+	imported, err := importEdges(ctx, svc, followEdges(base+2*followUsers, authors))
+	if err != nil {
+		return nil, err
+	}
+	b.log.Info("feedbench: I follows", "way", imported.Way, "edges", imported.Edges, "applied_seconds", imported.Applied.Seconds())
+	out := []followRate{imported}
 	for _, way := range []struct {
 		name    string
 		clients int
@@ -98,6 +107,23 @@ func (b *bench) followRates(ctx context.Context, st *store.Store, svc *service.S
 		out = append(out, fr)
 	}
 	return out, nil
+}
+
+// importEdges imports a file of the edges' follow records and returns how
+// long it took.
+func importEdges(ctx context.Context, svc *service.Service, edges []feed.FollowRequest) (followRate, error) {
+	var data []byte
+	for _, e := range edges {
+		data = append(feed.Record{Type: feed.RecordFollow, UserID: e.UserID, AuthorID: e.AuthorID}.AppendJSON(data), '\n')
+	}
+	open := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	start := time.Now()
+	check, err := svc.CheckImport(bytes.NewReader(data))
+	if err == nil {
+		_, err = svc.Import(ctx, check, open, service.ImportOptions{})
+	}
+	d := time.Since(start)
+	return followRate{Way: "import of a file of these follows (`feedd import`)", Clients: 1, Edges: len(edges), Accepted: d, Applied: d}, err
 }
 
 func chunks(reqs []feed.FollowRequest, n int) [][]feed.FollowRequest {
@@ -142,3 +168,6 @@ func cmpErr(a, b error) error {
 	}
 	return b
 }
+
+// perSecond is the way's edges applied per second.
+func (f followRate) perSecond() float64 { return rate(int64(f.Edges), f.Applied) }

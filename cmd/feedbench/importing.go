@@ -349,26 +349,29 @@ func (r *report) renderImport(p func(string, ...any)) {
 	}
 	p("Then %s new users each follow %d of the imported authors (drawn as the file draws them), in",
 		count(followUsers), followsPerUser)
-	p("process through the service with its workers running, once in batches and once one follow a")
-	p("call, each set of users its own. Accepted is until every call returned; applied, until every")
-	p("follow event was applied (the author's `followers` row and count, the backfill of the author's")
-	p("newest posts into the inbox).")
+	p("process through the service with its workers running, each way its own set of users: a file of")
+	p("their follow records imported (`service.Import`, what `feedd import` runs: the same work, the")
+	p("rate batch follows are held to), batches of %s pairs, and one follow a call. Accepted is until", count(followBatch))
+	p("every call returned; applied, until every follow event was applied (the author's `followers` row")
+	p("and count, the backfill of the author's newest posts into the inbox).")
 	p("")
 	p("| way | clients | edges | accepted s | applied s | edges/s applied |")
 	p("|---|---:|---:|---:|---:|---:|")
 	for _, f := range x.FollowRates {
-		p("| %s | %d | %s | %.2f | %.2f | **%s** |", f.Way, f.Clients, count(f.Edges), f.Accepted.Seconds(), f.Applied.Seconds(), count(int(rate(int64(f.Edges), f.Applied))))
+		p("| %s | %d | %s | %.2f | %.2f | **%s** |", f.Way, f.Clients, count(f.Edges), f.Accepted.Seconds(), f.Applied.Seconds(), count(int(f.perSecond())))
 	}
 	p("")
-	batch, single := x.FollowRates[0], x.FollowRates[1]
-	perEdge := rate(int64(batch.Edges), batch.Applied) / rate(x.Records, x.Import)
+	imported, batch, single := x.FollowRates[0].perSecond(), x.FollowRates[1].perSecond(), x.FollowRates[2].perSecond()
 	p("| ratio | value | target | verdict |")
 	p("|---|---:|---:|---|")
-	p("| batch follows / import (per edge, applied, against records/s) | %.2f | ≥ 1.0 | %s |", perEdge, verdict(perEdge, 1))
-	p("| batch follows / single follows (edges/s applied) | %.2f | — | (reported) |",
-		rate(int64(batch.Edges), batch.Applied)/rate(int64(single.Edges), single.Applied))
+	p("| batch follows / import of the same edges (edges/s applied) | %.2f | ≥ %.1f | %s |", batch/imported, targetBatchFollows, verdict(batch/imported, targetBatchFollows))
+	p("| batch follows / single follows (edges/s applied) | %.2f | — | (reported) |", batch/single)
 	p("")
 }
+
+// targetBatchFollows is issue 46's bar: batch follows as fast per edge as
+// the import.
+const targetBatchFollows = 1.0
 
 // targetImport is issue 46's bar: import at half the raw ceiling's rate.
 const targetImport = 0.5

@@ -117,15 +117,16 @@ func (s *stack) waitIdle(ctx context.Context, timeout time.Duration) error {
 func waitIdle(ctx context.Context, st *store.Store, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		b, err := st.Backlog(ctx)
+		idle, err := st.Idle(ctx)
 		if err != nil {
 			return err
 		}
-		if b.Idle() {
+		if idle {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("work still queued after %s: %+v", timeout, b)
+			b, err := st.Backlog(ctx)
+			return fmt.Errorf("work still queued after %s: %+v (%v)", timeout, b, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -100,7 +100,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.IntVar(&s.MaxMuted, "max-muted", s.MaxMuted, "mute cap per user")
 	fs.IntVar(&s.TaskSize, "task-size", s.TaskSize, "followers per fan-out sub-task")
 	fs.IntVar(&s.BatchSize, "batch-size", s.BatchSize, "followers per fan-out transaction")
-	fs.IntVar(&s.Workers, "worker-concurrency", s.Workers, "fan-out goroutines per shard")
+	fs.IntVar(&s.Workers, "worker-concurrency", s.Workers, "fan-out and follow-event loops per shard")
 	fs.DurationVar(&s.Lease, "lease", s.Lease, "how long a worker's claim lasts before others may take over")
 	fs.DurationVar(&s.PollInterval, "poll-interval", s.PollInterval, "how often idle workers poll for work")
 	fs.DurationVar(&s.ClockSkew, "clock-skew", s.ClockSkew, "allowed clock difference between servers (and future publish_time)")
