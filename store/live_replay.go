@@ -138,6 +138,29 @@ func (s *Store) TrimReplays(ctx context.Context, users []uint64, limit int) (int
 	return total, nil
 }
 
+// hostsWithReplaysSQL finds which of a list of hosts have a replay: one
+// look into each host's range of idx_streams_list, where HostReplays'
+// statement reads each host's list with a part of its own.
+const hostsWithReplaysSQL = `SELECT DISTINCT host_id FROM streams WHERE host_id IN (?) AND list = ` + listReplaysSQL
+
+// hostsWithReplays returns the hosts (sorted) that have replays: most
+// authors a batch of follows backfills have none, and their parts of
+// HostReplays' statements cost more than this look at all of them.
+func (s *Store) hostsWithReplays(ctx context.Context, hosts []uint64) ([]uint64, error) {
+	var out []uint64
+	for sh, ids := range s.groupByShard(hosts) {
+		for chunk := range slices.Chunk(ids, 1000) {
+			var got []uint64
+			if err := selectIn(ctx, sh.pool(ctx), &got, hostsWithReplaysSQL, chunk); err != nil {
+				return nil, err
+			}
+			out = append(out, got...)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
 const insertReplaysHead = `INSERT IGNORE INTO replays (user_id, ended_at, stream_id, host_id)`
 
 const heldReplaysSQL = `SELECT user_id, stream_id, host_id FROM replays WHERE `
@@ -162,17 +185,20 @@ func (s *Store) BackfillReplays(ctx context.Context, sh *Shard, pairs [][2]uint6
 	if len(pairs) == 0 {
 		return 0, nil
 	}
-	var srcs []PullSource
-	seen := map[uint64]bool{}
+	var hosts []uint64
 	for _, p := range pairs {
-		if !seen[p[1]] {
-			seen[p[1]] = true
-			srcs = append(srcs, PullSource{AuthorID: p[1], Before: Top})
-		}
+		hosts = append(hosts, p[1])
 	}
-	reps, err := s.HostReplays(ctx, srcs, limit, 0)
+	slices.Sort(hosts)
+	withReplays, err := s.hostsWithReplays(ctx, slices.Compact(hosts))
 	if err != nil {
-		return 0, err
+		return 0, wrap("backfill replays", err)
+	}
+	var reps []feed.Stream
+	if len(withReplays) > 0 {
+		if reps, err = s.HostReplays(ctx, hostSources(withReplays, Top), limit, 0); err != nil {
+			return 0, err
+		}
 	}
 	byHost := map[uint64][]feed.Stream{}
 	for _, r := range reps {
