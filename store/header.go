@@ -57,9 +57,9 @@ func ensureHeaders(ctx context.Context, tx sqlx.ExecerContext, users ...uint64) 
 // lockHeaderSQL locks the user's header row, or the gap where it would go.
 const lockHeaderSQL = `SELECT user_id FROM inbox WHERE user_id = ? AND ` + headerKeySQL + ` FOR UPDATE`
 
-// setPullsSQL sets the user's pull mark: 1 when some followed author must
+// setPullsSQL sets the users' pull marks: 1 when some followed author must
 // be pulled.
-const setPullsSQL = `UPDATE inbox SET pulls = ? WHERE user_id = ? AND ` + headerKeySQL
+const setPullsSQL = `UPDATE inbox SET pulls = ? WHERE user_id IN (?) AND ` + headerKeySQL
 
 // pullRowSQL finds a following row of the user with a pull bit. It is a
 // locking read so that it waits for a transaction still settling one: a
@@ -73,16 +73,27 @@ const setPullsSQL = `UPDATE inbox SET pulls = ? WHERE user_id = ? AND ` + header
 // combination of the pull bits (PullBelowActive, PullPending).
 const pullRowSQL = `SELECT author_id FROM following WHERE user_id = ? AND pull IN (1, 2, 3) LIMIT 1 FOR UPDATE`
 
-// recountPulls recomputes the user's pull mark from the following rows,
-// after a change in tx that may have cleared the last pull bit. The caller
-// holds the header row.
-func recountPulls(ctx context.Context, tx *sqlx.Tx, userID uint64) error {
-	var found []uint64
-	if err := tx.SelectContext(ctx, &found, pullRowSQL, userID); err != nil {
-		return err
+// recountPulls recomputes the users' pull marks from the following rows,
+// after a change in tx that may have cleared the last pull bit: a lookup
+// each, then the marks set with a statement per value. The caller holds
+// the header rows.
+func recountPulls(ctx context.Context, tx *sqlx.Tx, users ...uint64) error {
+	var marks [2][]uint64
+	for _, u := range users {
+		var found []uint64
+		if err := tx.SelectContext(ctx, &found, pullRowSQL, u); err != nil {
+			return err
+		}
+		marks[min(len(found), 1)] = append(marks[min(len(found), 1)], u)
 	}
-	_, err := tx.ExecContext(ctx, setPullsSQL, len(found), userID)
-	return err
+	for mark, us := range marks {
+		if len(us) > 0 {
+			if err := execIn(ctx, tx, setPullsSQL, append([]any{mark}, us)...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // markPullsHead/Tail upsert header rows marked as pulling, for users whose

@@ -408,10 +408,8 @@ func backfillUsersTx(ctx context.Context, tx *sqlx.Tx, users []uint64, pairs []B
 			return nil, nil, 0, err
 		}
 	}
-	for _, u := range users {
-		if err := recountPulls(ctx, tx, u); err != nil {
-			return nil, nil, 0, err
-		}
+	if err := recountPulls(ctx, tx, users...); err != nil {
+		return nil, nil, 0, err
 	}
 	copied, n, err := fillInboxes(ctx, tx, users, sources, limit)
 	return live, copied, n, err
