@@ -195,7 +195,7 @@ func (s *Service) RetryTask(ctx context.Context, authorID, contentID uint64, seq
 		return err
 	}
 	s.log.Info("console: task retried", "author_id", authorID, "content_id", contentID, "seq", seq)
-	s.wake.notify()
+	s.wake.notify(fanoutQueue)
 	return nil
 }
 

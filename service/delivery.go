@@ -41,7 +41,7 @@ func (s *Service) planDeliveries(work context.Context, sh *store.Shard) (int, er
 		}
 		s.metrics.deliveries.WithLabelValues(modeName(res.Mode)).Inc()
 		if res.Tasks > 0 {
-			s.wake.notify()
+			s.wake.notify(fanoutQueue)
 		} else {
 			s.delivered(job.CreatedAt)
 		}

@@ -30,7 +30,7 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 	for {
 		s.batchDone(work, t, res, start)
 		if res.Replanned {
-			s.wake.notify() // its delivery waits for a planner
+			s.wake.notify(planQueue) // its delivery waits for a planner
 		}
 		if res.TaskDone {
 			return 1, nil
@@ -58,7 +58,7 @@ func (s *Service) runTasks(ctx, work context.Context, sh *store.Shard) (int, err
 				return 1, rerr // its target is at its share of batches: later
 			}
 			if errors.Is(err, store.ErrLostClaim) {
-				s.wake.notify()
+				s.wake.notify(fanoutQueue)
 				return 1, rerr
 			}
 			return 1, err

@@ -120,7 +120,7 @@ func (s *Service) FollowMany(ctx context.Context, reqs []feed.FollowRequest) ([]
 		created = created || o.Created
 	}
 	if created {
-		s.wake.notify()
+		s.wake.notify(followQueue)
 	}
 	return out, nil
 }
@@ -160,7 +160,7 @@ func (s *Service) unfollow(ctx context.Context, userID, authorID uint64, keep bo
 	if err != nil {
 		return err
 	}
-	s.wake.notify()
+	s.wake.notify(followQueue)
 	return nil
 }
 

@@ -135,7 +135,7 @@ func (s *Service) addFollowers(ctx, work context.Context, sh *store.Shard, evs [
 	modes, failed := s.store.AddFollowers(bctx, live, s.cfg.PushThreshold)
 	for _, m := range modes {
 		if m == store.AuthorSwitching {
-			s.wake.notify()
+			s.wake.notify(switchQueue)
 			break
 		}
 	}
@@ -187,7 +187,7 @@ func (s *Service) finishFollowEvents(fctx context.Context, sh *store.Shard, evs 
 	}
 	released, err := s.store.FinishFollowEvents(fctx, sh, evs)
 	if err == nil && released > 0 {
-		s.wake.notify() // changed meanwhile: released to run again
+		s.wake.notify(followQueue) // changed meanwhile: released to run again
 	}
 	return err
 }

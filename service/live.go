@@ -79,7 +79,7 @@ func (s *Service) EndStream(ctx context.Context, hostID, streamID uint64, endedA
 	}
 	st, err := s.store.EndStream(store.WithClass(ctx, store.Writes), hostID, streamID, at)
 	if err == nil {
-		s.wake.notify()
+		s.wake.notify(planQueue)
 	}
 	return st, err
 }
@@ -105,7 +105,7 @@ func (s *Service) transitionTime(name string, at *int64) (int64, error) {
 func (s *Service) DeleteStream(ctx context.Context, hostID, streamID uint64) error {
 	err := s.store.DeleteStream(store.WithClass(ctx, store.Writes), hostID, streamID, s.now().UnixMilli())
 	if err == nil {
-		s.wake.notify()
+		s.wake.notify(planQueue)
 	}
 	return err
 }

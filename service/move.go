@@ -37,7 +37,7 @@ func (s *Service) Move(ctx context.Context, from, to uint64) (feed.Move, error) 
 	}
 	m, started, err := s.store.StartMove(store.WithClass(ctx, store.Writes), from, to, s.now().UnixMilli())
 	if started {
-		s.wake.notify()
+		s.wake.notify(moveQueue)
 	}
 	return m, err
 }
@@ -226,7 +226,7 @@ func (s *Service) moveItem(ctx context.Context, to uint64, it store.MoveItem, no
 			return capped(err)
 		}
 	}
-	s.wake.notify() // follow events to apply
+	s.wake.notify(followQueue) // follow events to apply
 	return itemMoved, nil
 }
 
@@ -277,7 +277,7 @@ func (s *Service) repointBatch(ctx context.Context, job *store.MoveJob, step sto
 	if err != nil {
 		return 0, err
 	}
-	s.wake.notify() // follow events to apply
+	s.wake.notify(followQueue) // follow events to apply
 	step.After, step.Found = users[len(users)-1], int64(len(users))
 	if job.Phase == store.MovePhaseHides {
 		step.Moved, step.PairMoved = hides.Load(), follows.Load()

@@ -34,7 +34,7 @@ func (s *Service) setFilter(ctx context.Context, f store.Filter, userID, authorI
 	}
 	backfill, err := s.store.SetFilter(ctx, f, userID, authorID, on, s.cfg.MaxMuted, s.now().UnixMilli())
 	if err == nil && (backfill || f == store.Hide) {
-		s.wake.notify()
+		s.wake.notify(followQueue)
 	}
 	return err
 }

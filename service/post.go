@@ -90,7 +90,7 @@ func (s *Service) published(p feed.Post, created bool, err error) (feed.Post, bo
 	if err == nil {
 		s.forget(p.AuthorID)
 		s.metrics.postsPublished.Inc()
-		s.wake.notify()
+		s.wake.notify(planQueue)
 	}
 	return p, created, err
 }
@@ -105,7 +105,7 @@ func (s *Service) DeletePost(ctx context.Context, authorID, contentID uint64) er
 		return err
 	}
 	s.forget(authorID)
-	s.wake.notify()
+	s.wake.notify(planQueue)
 	return nil
 }
 

@@ -18,8 +18,8 @@ type Service struct {
 	metrics *Metrics
 	ids     *idGen
 	now     func() time.Time
-	// wake nudges idle workers of this process after a write queued work.
-	wake *wakeup
+	// wake nudges the idle loops of this process that a write gave work.
+	wake *wakeups
 	// cache holds pull authors' newest posts; nil when PullCacheTTL is 0.
 	// draining is set once the process is stopping (Drain).
 	draining atomic.Bool
@@ -41,7 +41,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 	if err := checkPools(st, cfg.Workers); err != nil {
 		return nil, err
 	}
-	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeup(),
+	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeups(),
 		targets: newTargetGate(cfg.Workers), activity: &activity{}, reshards: &reshards{}}
 	s.streams = newStreams(s)
 	m.watchPools(st)

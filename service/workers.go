@@ -28,14 +28,34 @@ func releaseCtx(work context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(work), releaseTimeout)
 }
 
-// wakeup wakes every idle worker of this process at once: closing a channel
-// is a broadcast, and a fresh one is made for the next round.
+// queue is a background loop's kind of work, named as in its metrics and
+// logs. Each loop waits on its queue's wakeup, and a write wakes the loops
+// of the queue it fed only: a publish wakes the planners, not the loops
+// that apply follow events or move accounts, whose claims would find
+// nothing.
+type queue int
+
+const (
+	planQueue queue = iota
+	fanoutQueue
+	followQueue
+	switchQueue
+	tombstoneQueue
+	moveQueue
+	queueCount
+)
+
+func (q queue) String() string {
+	return [queueCount]string{"plan", "fanout", "follow", "switch", "tombstones", "move"}[q]
+}
+
+// wakeup wakes every idle loop of one queue of this process at once:
+// closing a channel is a broadcast, and a fresh one is made for the next
+// round.
 type wakeup struct {
 	mu sync.Mutex
 	ch chan struct{}
 }
-
-func newWakeup() *wakeup { return &wakeup{ch: make(chan struct{})} }
 
 func (w *wakeup) notify() {
 	w.mu.Lock()
@@ -49,6 +69,20 @@ func (w *wakeup) wait() <-chan struct{} {
 	defer w.mu.Unlock()
 	return w.ch
 }
+
+// wakeups holds a wakeup per queue.
+type wakeups [queueCount]*wakeup
+
+func newWakeups() *wakeups {
+	var w wakeups
+	for q := range w {
+		w[q] = &wakeup{ch: make(chan struct{})}
+	}
+	return &w
+}
+
+// notify wakes the idle loops of queue q.
+func (w *wakeups) notify(q queue) { w[q].notify() }
 
 // RunWorkers runs the background loops on every shard until ctx ends:
 // planning deliveries, running fan-out sub-tasks, applying follow events,
@@ -66,22 +100,22 @@ func (s *Service) RunWorkers(ctx context.Context, softStop time.Duration) {
 	defer stop()
 
 	var wg sync.WaitGroup
-	run := func(name string, step func(ctx, work context.Context) (int, error)) {
-		wg.Go(func() { s.loop(ctx, work, name, step) })
+	run := func(q queue, step func(ctx, work context.Context) (int, error)) {
+		wg.Go(func() { s.loop(ctx, work, q, step) })
 	}
 	for _, sh := range s.store.Shards() {
-		run("plan", func(ctx, work context.Context) (int, error) { return s.planDeliveries(work, sh) })
+		run(planQueue, func(ctx, work context.Context) (int, error) { return s.planDeliveries(work, sh) })
 		for range s.cfg.Workers {
-			run("fanout", func(ctx, work context.Context) (int, error) { return s.runTasks(ctx, work, sh) })
+			run(fanoutQueue, func(ctx, work context.Context) (int, error) { return s.runTasks(ctx, work, sh) })
 		}
 		for range s.cfg.Workers {
 			follows := newStepSize(backfillChunk)
-			run("follow", func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh, follows) })
+			run(followQueue, func(ctx, work context.Context) (int, error) { return s.applyFollowEvents(ctx, work, sh, follows) })
 		}
-		run("switch", func(ctx, work context.Context) (int, error) { return s.runSwitches(ctx, work, sh) })
-		run("tombstones", func(ctx, work context.Context) (int, error) { return s.purgeTombstones(work, sh) })
+		run(switchQueue, func(ctx, work context.Context) (int, error) { return s.runSwitches(ctx, work, sh) })
+		run(tombstoneQueue, func(ctx, work context.Context) (int, error) { return s.purgeTombstones(work, sh) })
 		moves := newStepSize(moveBatchSize)
-		run("move", func(ctx, work context.Context) (int, error) { return s.runMoves(ctx, work, sh, moves) })
+		run(moveQueue, func(ctx, work context.Context) (int, error) { return s.runMoves(ctx, work, sh, moves) })
 	}
 	wg.Wait()
 }
@@ -98,13 +132,14 @@ const (
 
 // loop calls step until ctx ends; when a step finds no work it sleeps for a
 // jittered poll interval or until a local write wakes it. Errors back off.
-func (s *Service) loop(ctx, work context.Context, name string, step func(ctx, work context.Context) (int, error)) {
+func (s *Service) loop(ctx, work context.Context, q queue, step func(ctx, work context.Context) (int, error)) {
+	name := q.String()
 	var (
 		backoff time.Duration
 		streak  failureStreak
 	)
 	for ctx.Err() == nil {
-		wake := s.wake.wait()
+		wake := s.wake[q].wait()
 		n, err := step(ctx, work)
 		switch {
 		case err != nil && ctx.Err() == nil:
