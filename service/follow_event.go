@@ -14,15 +14,15 @@ import (
 
 // followEventBatch bounds the events one round claims: the round must end
 // well within the claims' lease, or other workers take the events up
-// again. backfillChunk bounds the events whose backfills one step merges
-// (one transaction per store.BackfillMany chunk of users), taking whole
-// users: the follows of a batch apply as a few transactions, their
-// authors' posts read once a step. On a slow database the loop's stepSize
-// lowers the step, and the claim with it to two steps' events. Each shard
-// runs Config.Workers follow loops, which claim apart.
+// again. backfillChunk bounds the users whose events one step applies, their
+// backfills merged (one transaction, their authors' posts read once): the
+// follows of a batch apply as a few transactions, and a crash loses at most
+// a step. On a slow database the loop's stepSize lowers the step, and the
+// round's claim in proportion. Each shard runs Config.Workers follow loops,
+// which claim apart.
 const (
 	followEventBatch = 1024
-	backfillChunk    = 512
+	backfillChunk    = 32
 )
 
 // applyFollowEvents reconciles a batch of follow events of the shard: the
@@ -35,7 +35,7 @@ const (
 // again; one that failed or was not started before a stop is released.
 func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard, size *stepSize) (int, error) {
 	now, until := s.lease()
-	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, min(followEventBatch, 2*size.n), rand.Uint64())
+	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, max(followEventBatch*size.n/size.max, 1), rand.Uint64())
 	if err != nil {
 		return 0, err
 	}
@@ -70,9 +70,9 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard, 
 }
 
 // applyBackfills backfills the live follows of the events and finishes
-// them a step at a time, each step whole users' events up to size.n or
-// just past it (their backfills merged), so a stop or a crash leaves the
-// steps done finished. A step that fails has its events released.
+// them, size.n users a step (their backfills merged), so a stop or a crash
+// leaves the steps done finished. A step that fails has its events
+// released.
 func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow, modes map[uint64]int, size *stepSize) error {
 	byUser := map[uint64][]store.FollowEvent{}
 	for _, ev := range evs {
@@ -80,11 +80,11 @@ func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs
 	}
 	var firstErr error
 	for left := slices.Sorted(maps.Keys(byUser)); len(left) > 0; {
+		users := left[:min(size.n, len(left))]
+		left = left[len(users):]
 		var part []store.FollowEvent
 		var pairs []store.BackfillPair
-		for len(left) > 0 && len(part) < size.n {
-			u := left[0]
-			left = left[1:]
+		for _, u := range users {
 			for _, ev := range byUser[u] {
 				part = append(part, ev)
 				if _, live := edges[[2]uint64{ev.UserID, ev.AuthorID}]; live {
