@@ -714,7 +714,18 @@ func verdict(v, target float64) string {
 	if v >= target {
 		return "met"
 	}
-	return fmt.Sprintf("**MISSED** (%.2f < %g)", v, target)
+	return fmt.Sprintf("**MISSED** (%s < %g)", below(v, target), target)
+}
+
+// below prints v, which is below target, with two decimals, or with as
+// many more as it takes to show it below (0.949 where 0.95 is the target).
+func below(v, target float64) string {
+	for prec := 2; prec < 6; prec++ {
+		if s := strconv.FormatFloat(v, 'f', prec, 64); s != strconv.FormatFloat(target, 'f', prec, 64) {
+			return s
+		}
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 func p99(sorted []time.Duration) string {
