@@ -373,7 +373,9 @@ func TestCrashServerFanout(t *testing.T) {
 func crashFanout(t *testing.T, srv *storetest.Server) {
 	// Small batches keep the fan-out running across the kills: each
 	// restart resumes from the progress mark, so every kill lands mid-way.
-	followers, kills, batch := 3000, 5, 50
+	// The audience leaves each kill room: after an expired lease the tasks
+	// run over a thousand rows between two looks at the progress.
+	followers, kills, batch := 10_000, 5, 50
 	if crashFull() {
 		followers, kills = 20_000, 20
 	}

@@ -254,6 +254,9 @@ func retryLocked(ctx context.Context, fn func() error) error {
 	return err
 }
 
+// resyncChunk bounds the logged keys one catch-up write covers.
+const resyncChunk = 200
+
 // change is a logged row: its table and primary key.
 type change struct {
 	seq   uint64
@@ -357,18 +360,24 @@ func (r *Reshard) drainPass(ctx context.Context, name string, tables map[string]
 		if g.from == name {
 			src = snap
 		}
-		// The target's workers lock the rows they work on: a write
-		// there may deadlock with them, and runs again.
-		var n int
-		err := retryLocked(ctx, func() error {
-			var err error
-			n, err = r.resync(ctx, tables[g.table], src, g.to, pks)
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("reshard: catch up %s (%s -> %s): %w", g.table, g.from, g.to, err)
+		// The target's workers lock the rows they work on: a write there
+		// may deadlock with them (or, on MyRocks, meet their newer
+		// writes as a snapshot conflict), and runs again. Short
+		// statements keep a busy target's conflicts to the rows they
+		// touch: one statement over thousands of rows met one on every
+		// try.
+		for chunk := range slices.Chunk(slices.Sorted(maps.Keys(pks)), resyncChunk) {
+			var n int
+			err := retryLocked(ctx, func() error {
+				var err error
+				n, err = r.resync(ctx, tables[g.table], src, g.to, chunk)
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("reshard: catch up %s (%s -> %s): %w", g.table, g.from, g.to, err)
+			}
+			out.applied += n
 		}
-		out.applied += n
 	}
 	return batch, nil
 }
@@ -376,9 +385,9 @@ func (r *Reshard) drainPass(ctx context.Context, name string, tables map[string]
 // resync makes the rows of t with the given primary keys (JSON arrays) on
 // database to what they are on database from: written where found, deleted
 // where not.
-func (r *Reshard) resync(ctx context.Context, t table, from sqlx.QueryerContext, to string, pks map[string]bool) (int, error) {
+func (r *Reshard) resync(ctx context.Context, t table, from sqlx.QueryerContext, to string, pks []string) (int, error) {
 	var keys [][]any
-	for pk := range pks {
+	for _, pk := range pks {
 		k, err := decodePK(pk)
 		if err != nil || len(k) != len(t.pk) {
 			return 0, fmt.Errorf("logged key %s: %v", pk, err)
