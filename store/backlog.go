@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -20,12 +21,25 @@ func (b Backlog) Idle() bool {
 	return b.Deliveries+b.Tasks+b.FollowEvents+b.Switches+b.Moves == 0
 }
 
-const backlogSQL = `SELECT
- (SELECT COUNT(*) FROM deliveries WHERE state = ` + deliveryPendingSQL + `) AS deliveries,
- (SELECT COUNT(*) FROM fanout_tasks WHERE done = 0) AS tasks,
- (SELECT COUNT(*) FROM follow_events) AS follow_events,
- (SELECT COUNT(*) FROM authors WHERE mode = ` + authorSwitchingSQL + `) AS switches,
- (SELECT COUNT(*) FROM moves WHERE state < ` + moveDoneSQL + `) AS moves`
+// backlogQueues are the queues Backlog counts, each its column of Backlog
+// and the rows of its queued work: backlogSQL counts them, idleSQL looks
+// for the first of each.
+var backlogQueues = [][2]string{
+	{"deliveries", "deliveries WHERE state = " + deliveryPendingSQL},
+	{"tasks", "fanout_tasks WHERE done = 0"},
+	{"follow_events", "follow_events"},
+	{"switches", "authors WHERE mode = " + authorSwitchingSQL},
+	{"moves", "moves WHERE state < " + moveDoneSQL},
+}
+
+var backlogSQL, idleSQL = func() (string, string) {
+	var counts, exists []string
+	for _, q := range backlogQueues {
+		counts = append(counts, "(SELECT COUNT(*) FROM "+q[1]+") AS "+q[0])
+		exists = append(exists, "EXISTS (SELECT 1 FROM "+q[1]+")")
+	}
+	return "SELECT " + strings.Join(counts, ", "), "SELECT NOT (" + strings.Join(exists, " OR ") + ")"
+}()
 
 // Backlog returns the work queued on every shard: for tests waiting for the
 // system to come to rest, and for operators.
@@ -51,16 +65,6 @@ func (sh *Shard) Backlog(ctx context.Context) (Backlog, error) {
 	err := sqlx.GetContext(ctx, sh.pool(ctx), &b, backlogSQL)
 	return b, wrap("backlog", err)
 }
-
-// idleSQL asks whether the shard has no work queued, as Backlog.Idle
-// would, stopping at the first queued row of each queue where Backlog
-// counts them all.
-const idleSQL = `SELECT NOT (
- EXISTS (SELECT 1 FROM deliveries WHERE state = ` + deliveryPendingSQL + `) OR
- EXISTS (SELECT 1 FROM fanout_tasks WHERE done = 0) OR
- EXISTS (SELECT 1 FROM follow_events) OR
- EXISTS (SELECT 1 FROM authors WHERE mode = ` + authorSwitchingSQL + `) OR
- EXISTS (SELECT 1 FROM moves WHERE state < ` + moveDoneSQL + `))`
 
 // Idle reports whether no shard has work queued: Backlog(ctx).Idle() at
 // the cost of a look at each queue's first row, for waiting on the system

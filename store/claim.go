@@ -35,9 +35,8 @@ func keyIn(key []string, rows int) string {
 // followingByPair is the following table for statements that find edges by
 // a keyIn of (user_id, author_id) pairs. Three of its indexes begin with
 // user_id, and MariaDB's range optimizer weighs every one against each
-// disjunct: over hundreds of pairs that took ten times the statement's
-// lookups (30 ms against 3 ms for 500 pairs), and could choose a range over
-// the users' whole rows. The primary key (author_id, user_id) makes each
+// disjunct: over hundreds of pairs that costs many times the statement's
+// lookups, and it may choose a range over the users' whole rows. The primary key (author_id, user_id) makes each
 // pair one point, and a locking read locks only the edges it finds.
 const followingByPair = "following FORCE INDEX (PRIMARY)"
 

@@ -84,7 +84,8 @@ func recountPulls(ctx context.Context, tx *sqlx.Tx, users ...uint64) error {
 		if err := tx.SelectContext(ctx, &found, pullRowSQL, u); err != nil {
 			return err
 		}
-		marks[min(len(found), 1)] = append(marks[min(len(found), 1)], u)
+		mark := min(len(found), 1)
+		marks[mark] = append(marks[mark], u)
 	}
 	for mark, us := range marks {
 		if len(us) > 0 {

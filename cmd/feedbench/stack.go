@@ -126,7 +126,10 @@ func waitIdle(ctx context.Context, st *store.Store, timeout time.Duration) error
 		}
 		if time.Now().After(deadline) {
 			b, err := st.Backlog(ctx)
-			return fmt.Errorf("work still queued after %s: %+v (%v)", timeout, b, err)
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("work still queued after %s: %+v", timeout, b)
 		}
 		select {
 		case <-ctx.Done():
