@@ -19,10 +19,12 @@ import (
 // follows of a batch apply as a few transactions, and a crash loses at most
 // a step. On a slow database the loop's stepSize lowers the step, and the
 // round's claim in proportion. Each shard runs Config.Workers follow loops,
-// which claim apart.
+// which claim apart. The steps of a round copy from one read of each
+// author's newest posts, holding up to roundSourceBound posts.
 const (
 	followEventBatch = 1024
 	backfillChunk    = 32
+	roundSourceBound = 100_000
 )
 
 // applyFollowEvents reconciles a batch of follow events of the shard: the
@@ -74,6 +76,7 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard, 
 // leaves the steps done finished. A step that fails has its events
 // released.
 func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow, modes map[uint64]int, size *stepSize) error {
+	src := store.NewCopySource(s.cfg.InboxLimit, roundSourceBound)
 	byUser := map[uint64][]store.FollowEvent{}
 	for _, ev := range evs {
 		byUser[ev.UserID] = append(byUser[ev.UserID], ev)
@@ -97,7 +100,7 @@ func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs
 			start := time.Now()
 			bctx, cancel := s.stepContext(work)
 			if len(pairs) > 0 {
-				err = s.backfill(bctx, sh, pairs)
+				err = s.backfill(bctx, sh, pairs, src)
 			}
 			if err == nil {
 				err = s.finishFollowEvents(bctx, sh, part, edges)
@@ -151,10 +154,10 @@ func (s *Service) releaseFollowEvents(work context.Context, evs []store.FollowEv
 	}
 }
 
-// backfill copies the pairs' replays, then their posts: reads merge the
-// hosts' own replay lists until the posts' backfill clears the pending
-// bits.
-func (s *Service) backfill(ctx context.Context, sh *store.Shard, pairs []store.BackfillPair) error {
+// backfill copies the pairs' replays, then their posts (from src): reads
+// merge the hosts' own replay lists until the posts' backfill clears the
+// pending bits.
+func (s *Service) backfill(ctx context.Context, sh *store.Shard, pairs []store.BackfillPair, src *store.CopySource) error {
 	hosts := make([][2]uint64, len(pairs))
 	for i, p := range pairs {
 		hosts[i] = [2]uint64{p.UserID, p.AuthorID}
@@ -162,7 +165,7 @@ func (s *Service) backfill(ctx context.Context, sh *store.Shard, pairs []store.B
 	if _, err := s.store.BackfillReplays(ctx, sh, hosts, s.cfg.InboxLimit); err != nil {
 		return err
 	}
-	_, rows, err := s.store.BackfillMany(ctx, sh, pairs, s.cfg.InboxLimit)
+	_, rows, err := s.store.BackfillMany(ctx, sh, pairs, src)
 	s.metrics.backfillRows.Add(float64(rows))
 	return err
 }

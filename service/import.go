@@ -142,8 +142,8 @@ const (
 	settleWorkers = 4
 )
 
-// importCacheBound bounds the posts the settling phase holds in memory.
-const importCacheBound = 2_000_000
+// importSourceBound bounds the posts the settling phase holds in memory.
+const importSourceBound = 2_000_000
 
 // ImportOptions tunes Import.
 type ImportOptions struct {
@@ -309,7 +309,7 @@ func (s *Service) settleImportUsers(ctx context.Context, id uint64, progress fun
 	if err != nil {
 		return 0, err
 	}
-	cache := store.NewImportCache(s.cfg.InboxLimit, importCacheBound)
+	src := store.NewCopySource(s.cfg.InboxLimit, importSourceBound)
 	var done, copied atomic.Int64
 	batches := make(chan []uint64)
 	g, gctx := errgroup.WithContext(ctx)
@@ -337,7 +337,7 @@ func (s *Service) settleImportUsers(ctx context.Context, id uint64, progress fun
 	for range settleWorkers {
 		g.Go(func() error {
 			for users := range batches {
-				n, err := s.store.SettleImportUsers(gctx, id, users, s.cfg.InboxLimit, cache)
+				n, err := s.store.SettleImportUsers(gctx, id, users, s.cfg.InboxLimit, src)
 				if err != nil {
 					return err
 				}

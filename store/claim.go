@@ -24,12 +24,22 @@ type claimTable struct {
 	ready string // constant predicate of rows that have work
 }
 
-// keyIn returns "((k1 = ? AND k2 = ?) OR (…))" matching rows keys, written
-// long-hand: MariaDB does not range-scan a one-element row constructor IN
-// ("(a, b) IN ((?, ?))"), and in an UPDATE that scan locks every row.
+// keyIn returns a predicate matching rows keys: "k1 IN (?, ?)" for a
+// one-column key, "(k1, k2) IN ((?, ?), (?, ?))" for several rows of a
+// longer one, whose point ranges every server builds at about half the cost
+// of the same keys written long-hand (an OR of ANDs, measured on MariaDB
+// 10.11 over hundreds of pairs). One row of a longer key is written
+// "(k1 = ? AND k2 = ?)": MariaDB does not range-scan a one-element row
+// constructor IN, and in an UPDATE that scan locks every row.
 func keyIn(key []string, rows int) string {
-	one := "(" + strings.Join(key, " = ? AND ") + " = ?)"
-	return "(" + strings.TrimSuffix(strings.Repeat(one+" OR ", rows), " OR ") + ")"
+	if len(key) == 1 {
+		return key[0] + " IN (" + placeholders(rows) + ")"
+	}
+	if rows == 1 {
+		return "(" + strings.Join(key, " = ? AND ") + " = ?)"
+	}
+	one := "(" + placeholders(len(key)) + ")"
+	return "(" + strings.Join(key, ", ") + ") IN (" + strings.TrimSuffix(strings.Repeat(one+", ", rows), ", ") + ")"
 }
 
 // followingByPair is the following table for statements that find edges by
@@ -102,4 +112,9 @@ func release(ctx context.Context, db *sqlx.DB, t claimTable, key []any, token ui
 	q := "UPDATE " + t.table + " SET claim_token = 0, claimed_until = 0 WHERE " + keyIn(t.key, 1) + " AND claim_token = ?"
 	_, err := db.ExecContext(ctx, q, append(key, token)...)
 	return wrap("release "+t.table, err)
+}
+
+// placeholders returns n comma-separated placeholders.
+func placeholders(n int) string {
+	return "?" + strings.Repeat(", ?", n-1)
 }

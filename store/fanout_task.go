@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -56,7 +55,7 @@ func (j *Task) claimKey() []any { return []any{j.ContentID, j.Seq} }
 func nextTaskSQL(skip int) string {
 	q := "SELECT " + taskClaims.cols + " FROM fanout_tasks WHERE " + taskClaims.ready + " AND claimed_until < ?"
 	if skip > 0 {
-		q += " AND target NOT IN (?" + strings.Repeat(",?", skip-1) + ")"
+		q += " AND target NOT IN (" + placeholders(skip) + ")"
 	}
 	return q + " ORDER BY claimed_until LIMIT 1 FOR UPDATE SKIP LOCKED"
 }

@@ -45,8 +45,8 @@ const (
 
 // FinishFollowEvents deletes the events (all of sh) that no newer
 // operation changed while they were applied, and releases the others, so
-// that they run again and reconcile with the newest state; with two
-// statements a chunk. It reports how many it released.
+// that they run again and reconcile with the newest state; with one
+// statement a chunk, two when some changed. It reports how many it released.
 func (s *Store) FinishFollowEvents(ctx context.Context, sh *Shard, evs []FollowEvent) (int64, error) {
 	ctx = s.pin(ctx)
 	db := sh.pool(ctx)
@@ -58,14 +58,14 @@ func (s *Store) FinishFollowEvents(ctx context.Context, sh *Shard, evs []FollowE
 			del = append(del, ev.UserID, ev.AuthorID, ev.Version, ev.Token)
 			rel = append(rel, ev.UserID, ev.AuthorID, ev.Token)
 		}
-		if _, err := db.ExecContext(ctx, finishFollowEventsHead+keyIn([]string{"user_id", "author_id", "version", "claim_token"}, len(chunk)), del...); err != nil {
-			return released, wrap("finish follow events", err)
-		}
-		r, err := db.ExecContext(ctx, releaseFollowEventsSQL+keyIn([]string{"user_id", "author_id", "claim_token"}, len(chunk)), rel...)
+		deleted, err := rowsAffected(db.ExecContext(ctx, finishFollowEventsHead+keyIn([]string{"user_id", "author_id", "version", "claim_token"}, len(chunk)), del...))
 		if err != nil {
 			return released, wrap("finish follow events", err)
 		}
-		n, err := r.RowsAffected()
+		if deleted == int64(len(chunk)) {
+			continue // none changed meanwhile
+		}
+		n, err := rowsAffected(db.ExecContext(ctx, releaseFollowEventsSQL+keyIn([]string{"user_id", "author_id", "claim_token"}, len(chunk)), rel...))
 		if err != nil {
 			return released, wrap("finish follow events", err)
 		}

@@ -3,10 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
-	"maps"
 	"slices"
-	"strings"
-	"sync"
 
 	"github.com/jmoiron/sqlx"
 	"golang.org/x/sync/errgroup"
@@ -464,103 +461,6 @@ func (s *Store) markFollowers(ctx context.Context, id uint64, authors []uint64) 
 	return nil
 }
 
-// ImportCache holds the newest posts and the mode of the authors an
-// import's users follow, up to a bound on the posts it holds, past which
-// it starts over: settling reads each author once per stretch of users
-// rather than once per follower.
-type ImportCache struct {
-	mu      sync.Mutex
-	limit   int
-	held    int
-	bound   int
-	authors map[uint64]authorOutbox
-}
-
-// authorOutbox is what settling and backfills need of an author.
-type authorOutbox struct {
-	posts []feed.Post // the newest limit, newest first
-	mode  int         // AuthorPush, AuthorSwitching or AuthorPull
-}
-
-// NewImportCache returns a cache of each author's newest limit posts,
-// holding up to bound posts.
-func NewImportCache(limit, bound int) *ImportCache {
-	return &ImportCache{limit: limit, bound: bound, authors: map[uint64]authorOutbox{}}
-}
-
-const newestPostsPartSQL = `(SELECT ` + postsInOrder + ` content_id, author_id, publish_time, kind FROM posts
-WHERE author_id = ? AND deleted = 0 ORDER BY publish_time DESC, content_id DESC LIMIT ?)`
-
-// outboxChunk bounds the authors one read of newest posts covers.
-const outboxChunk = 32
-
-// newestPosts reads each author's newest limit live posts (newest first)
-// and mode, a few authors a statement.
-func (s *Store) newestPosts(ctx context.Context, authors []uint64, limit int) (map[uint64]authorOutbox, error) {
-	out := make(map[uint64]authorOutbox, len(authors))
-	if len(authors) == 0 {
-		return out, nil
-	}
-	infos, err := s.AuthorInfos(ctx, authors)
-	if err != nil {
-		return nil, err
-	}
-	got := map[uint64][]feed.Post{}
-	for sh, part := range s.groupByShard(authors) {
-		for chunk := range slices.Chunk(part, outboxChunk) {
-			parts := make([]string, len(chunk))
-			args := make([]any, 0, 2*len(chunk))
-			for i, a := range chunk {
-				parts[i] = newestPostsPartSQL
-				args = append(args, a, limit)
-			}
-			var rows []feed.Post
-			if err := sqlx.SelectContext(ctx, sh.pool(ctx), &rows, strings.Join(parts, " UNION ALL "), args...); err != nil {
-				return nil, wrap("newest posts", err)
-			}
-			for _, p := range rows {
-				got[p.AuthorID] = append(got[p.AuthorID], p)
-			}
-		}
-	}
-	for _, a := range authors {
-		ps := got[a]
-		slices.SortFunc(ps, feed.NewestFirst)
-		out[a] = authorOutbox{posts: ps, mode: infos[a].Mode}
-	}
-	return out, nil
-}
-
-// get returns the authors' entries, reading those the cache lacks. The
-// map is the caller's: a later reset of the cache leaves it whole.
-func (c *ImportCache) get(ctx context.Context, s *Store, authors []uint64) (map[uint64]authorOutbox, error) {
-	out := make(map[uint64]authorOutbox, len(authors))
-	var missing []uint64
-	c.mu.Lock()
-	for _, a := range authors {
-		if e, ok := c.authors[a]; ok {
-			out[a] = e
-		} else {
-			missing = append(missing, a)
-		}
-	}
-	c.mu.Unlock()
-	got, err := s.newestPosts(ctx, missing, c.limit)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.held > c.bound {
-		c.authors, c.held = map[uint64]authorOutbox{}, 0
-	}
-	for a, e := range got {
-		out[a], c.authors[a] = e, e
-		c.held += len(e.posts)
-	}
-	return out, nil
-}
-
 // settleEdge is a following row of a user being settled.
 type settleEdge struct {
 	UserID      uint64           `db:"user_id"`
@@ -611,7 +511,7 @@ func (s *Store) NextImportUsers(ctx context.Context, sh *Shard, id, after uint64
 // edges the API added meanwhile are left to their own backfill, and copies
 // of posts deleted meanwhile are taken out after the commit, as a backfill
 // does.
-func (s *Store) SettleImportUsers(ctx context.Context, id uint64, users []uint64, limit int, cache *ImportCache) (int64, error) {
+func (s *Store) SettleImportUsers(ctx context.Context, id uint64, users []uint64, limit int, src *CopySource) (int64, error) {
 	if len(users) == 0 {
 		return 0, nil
 	}
@@ -625,7 +525,7 @@ func (s *Store) SettleImportUsers(ctx context.Context, id uint64, users []uint64
 		authors = append(authors, e.AuthorID)
 	}
 	slices.Sort(authors)
-	outboxes, err := cache.get(ctx, s, slices.Compact(authors))
+	outboxes, err := src.get(ctx, s, slices.Compact(authors))
 	if err != nil {
 		return 0, wrap("settle import users", err)
 	}
@@ -710,55 +610,6 @@ func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, li
 		return nil, 0, err
 	}
 	return copied, n, execIn(ctx, tx, deleteMarkSQL, id, markUser, users)
-}
-
-// uncopyDeleted takes out of each user's inbox the copies of posts deleted
-// since the cache read them: a delete's sweep may have passed the inbox
-// before the copy landed.
-func (s *Store) uncopyDeleted(ctx context.Context, copied map[uint64][]feed.Post) error {
-	byAuthor := map[uint64]map[uint64]bool{}
-	for _, posts := range copied {
-		for _, p := range posts {
-			if byAuthor[p.AuthorID] == nil {
-				byAuthor[p.AuthorID] = map[uint64]bool{}
-			}
-			byAuthor[p.AuthorID][p.ContentID] = true
-		}
-	}
-	deleted := map[uint64]bool{}
-	for _, authors := range s.groupByShard(slices.Collect(maps.Keys(byAuthor))) {
-		var ids []uint64
-		for _, a := range authors {
-			for c := range byAuthor[a] {
-				ids = append(ids, c)
-			}
-		}
-		for chunk := range slices.Chunk(ids, 1000) {
-			// Any of the database's authors routes the lookup to it.
-			gone, err := s.DeletedPosts(ctx, authors[0], chunk)
-			if err != nil {
-				return err
-			}
-			for _, c := range gone {
-				deleted[c] = true
-			}
-		}
-	}
-	if len(deleted) == 0 {
-		return nil
-	}
-	for u, posts := range copied {
-		var gone []feed.Post
-		for _, p := range posts {
-			if deleted[p.ContentID] {
-				gone = append(gone, p)
-			}
-		}
-		if err := s.RemoveFromInbox(ctx, u, gone); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // selectIn runs query with its IN lists expanded, as execIn does.

@@ -290,7 +290,7 @@ type BackfillResult struct {
 // bound, older ones are not copied and the inbox floor rises to the oldest
 // copied one. The inbox is then trimmed back to limit.
 func (s *Store) Backfill(ctx context.Context, userID, authorID uint64, limit int, pullAuthor bool) (BackfillResult, []feed.Post, error) {
-	followed, copied, n, err := s.backfill(ctx, s.ShardOf(userID), []BackfillPair{{UserID: userID, AuthorID: authorID, PullAuthor: pullAuthor}}, limit)
+	followed, copied, n, err := s.backfill(ctx, s.ShardOf(userID), []BackfillPair{{UserID: userID, AuthorID: authorID, PullAuthor: pullAuthor}}, NewCopySource(limit, limit))
 	return BackfillResult{Copied: n, Followed: followed[[2]uint64{userID, authorID}]}, copied[userID], err
 }
 
@@ -311,18 +311,19 @@ const (
 )
 
 // BackfillMany is Backfill for many follows of users of sh: the authors'
-// newest posts are read once, and each user's follows are merged and
-// written as one (fillInboxes), with their edges settled, in one
-// transaction per backfillUsers users. It returns the pairs whose edge
-// was live, and the rows written. Copies of posts deleted meanwhile are
-// taken out after the commit, as Backfill's caller does.
-func (s *Store) BackfillMany(ctx context.Context, sh *Shard, pairs []BackfillPair, limit int) (map[[2]uint64]bool, int64, error) {
-	followed, _, n, err := s.backfill(ctx, sh, pairs, limit)
+// newest posts come from src (read there once, when it lacks them), and
+// each user's follows are merged and written as one (fillInboxes), with
+// their edges settled, in one transaction per backfillUsers users. It
+// returns the pairs whose edge was live, and the rows written. Copies of
+// posts deleted meanwhile are taken out after the commit, as Backfill's
+// caller does.
+func (s *Store) BackfillMany(ctx context.Context, sh *Shard, pairs []BackfillPair, src *CopySource) (map[[2]uint64]bool, int64, error) {
+	followed, _, n, err := s.backfill(ctx, sh, pairs, src)
 	return followed, n, err
 }
 
 // backfill is BackfillMany, returning the posts copied by user too.
-func (s *Store) backfill(ctx context.Context, sh *Shard, pairs []BackfillPair, limit int) (map[[2]uint64]bool, map[uint64][]feed.Post, int64, error) {
+func (s *Store) backfill(ctx context.Context, sh *Shard, pairs []BackfillPair, src *CopySource) (map[[2]uint64]bool, map[uint64][]feed.Post, int64, error) {
 	ctx = s.pin(ctx)
 	byUser := map[uint64][]BackfillPair{}
 	var authors []uint64
@@ -331,7 +332,7 @@ func (s *Store) backfill(ctx context.Context, sh *Shard, pairs []BackfillPair, l
 		authors = append(authors, p.AuthorID)
 	}
 	slices.Sort(authors)
-	outboxes, err := s.newestPosts(ctx, slices.Compact(authors), limit)
+	outboxes, err := src.get(ctx, s, slices.Compact(authors))
 	if err != nil {
 		return nil, nil, 0, wrap("backfill", err)
 	}
@@ -349,7 +350,7 @@ func (s *Store) backfill(ctx context.Context, sh *Shard, pairs []BackfillPair, l
 		var n int64
 		err := sh.inTx(ctx, func(tx *sqlx.Tx) error {
 			var err error
-			live, copied, n, err = backfillUsersTx(ctx, tx, part, batch, outboxes, limit)
+			live, copied, n, err = backfillUsersTx(ctx, tx, part, batch, outboxes, src.limit)
 			return err
 		})
 		if err != nil {

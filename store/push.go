@@ -377,7 +377,7 @@ func finishPushed(ctx context.Context, tx *sqlx.Tx, posts []*pendingPost) error 
 	whens := strings.Repeat(" WHEN ? THEN ?", len(posts))
 	q := "UPDATE deliveries SET state = " + deliveryDoneSQL + ", mode = " + modePushSQL + ", tasks_left = 0, claim_token = 0, claimed_until = 0," +
 		" recipients = CASE content_id" + whens + " END, delivered = CASE content_id" + whens + " END" +
-		" WHERE content_id IN (?" + strings.Repeat(",?", len(posts)-1) + ")"
+		" WHERE content_id IN (" + placeholders(len(posts)) + ")"
 	_, err := tx.ExecContext(ctx, q, slices.Concat(counts, counts, ids)...)
 	return err
 }

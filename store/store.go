@@ -216,11 +216,17 @@ func (s *Store) groupByShard(ids []uint64) map[*Shard][]uint64 {
 // affected takes what ExecContext returns and reports whether the statement
 // changed a row: for writes whose WHERE clause is the decision.
 func affected(r sql.Result, err error) (bool, error) {
-	if err != nil {
-		return false, err
-	}
-	n, err := r.RowsAffected()
+	n, err := rowsAffected(r, err)
 	return n > 0, err
+}
+
+// rowsAffected takes what ExecContext returns and reports the rows the
+// statement changed.
+func rowsAffected(r sql.Result, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	return r.RowsAffected()
 }
 
 // inTx runs fn in a READ COMMITTED transaction on sh's pool for ctx's

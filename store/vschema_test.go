@@ -127,8 +127,9 @@ var scatters = []struct{ contains, why string }{
 var tableRefRE = regexp.MustCompile("(?i)\\b(?:FROM|JOIN|INTO|UPDATE)\\s+`?(\\w+)`?(?:\\s+(?:AS\\s+)?(\\w+))?")
 
 // routes reports whether q filters each table it names on the table's
-// key: `key = ?`, `key IN (`, a join equality on it, or (for an INSERT)
-// the key in its column list.
+// key: `key = ?`, `key IN (`, a row constructor holding it compared with
+// IN (Vitess routes each tuple by its vindex column), a join equality on
+// it, or (for an INSERT) the key in its column list.
 func routes(q string, keys map[string]string) (bool, string) {
 	for _, m := range tableRefRE.FindAllStringSubmatch(q, -1) {
 		table, alias := m[1], m[2]
@@ -142,8 +143,9 @@ func routes(q string, keys map[string]string) (bool, string) {
 		}
 		qual += `|[\s(,])`
 		filter := regexp.MustCompile(`(?i)` + qual + col + `\s*(?:=|IN\s*\()|=\s*\w+\.` + col + `\b`)
+		tuple := regexp.MustCompile(`(?i)\((?:[^()]*,\s*)?` + col + `\s*(?:,[^()]*)?\)\s*IN\s*\(`)
 		insert := regexp.MustCompile(`(?i)INTO\s+` + "`?" + table + "`?" + `\s*\([^)]*\b` + col + `\b`)
-		if !filter.MatchString(q) && !insert.MatchString(q) {
+		if !filter.MatchString(q) && !tuple.MatchString(q) && !insert.MatchString(q) {
 			return false, table
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
 	"github.com/feedhq/feed/store"
@@ -60,8 +62,8 @@ func followEdges(first uint64, authors int) []feed.FollowRequest {
 }
 
 // followRates measures both ways on st, whose authors 1..authors were
-// imported.
-func (b *bench) followRates(ctx context.Context, st *store.Store, svc *service.Service, authors int) ([]followRate, error) {
+// imported; reg holds svc's metrics.
+func (b *bench) followRates(ctx context.Context, st *store.Store, svc *service.Service, reg *prometheus.Registry, authors int) ([]followRate, error) {
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { defer close(done); svc.RunWorkers(wctx, time.Second) }()
@@ -94,12 +96,13 @@ func (b *bench) followRates(ctx context.Context, st *store.Store, svc *service.S
 			return svc.Follow(ctx, reqs[0].UserID, reqs[0].AuthorID)
 		}},
 	} {
+		applied := counterOf(reg, appliedMetric) + float64(len(way.calls)*len(way.calls[0]))
 		start := time.Now()
 		if err := runCalls(ctx, way.clients, way.calls, way.call); err != nil {
 			return nil, fmt.Errorf("%s: %w", way.name, err)
 		}
 		accepted := time.Since(start)
-		if err := waitIdle(ctx, st, followIdleLimit); err != nil {
+		if err := waitApplied(ctx, reg, st, applied); err != nil {
 			return nil, fmt.Errorf("%s: %w", way.name, err)
 		}
 		fr := followRate{Way: way.name, Clients: way.clients, Edges: len(way.calls) * len(way.calls[0]), Accepted: accepted, Applied: time.Since(start)}
@@ -107,6 +110,25 @@ func (b *bench) followRates(ctx context.Context, st *store.Store, svc *service.S
 		out = append(out, fr)
 	}
 	return out, nil
+}
+
+// appliedMetric counts the follow events the service applied.
+const appliedMetric = "feed_follow_events_applied_total"
+
+// waitApplied waits until the service counts applied events and then until
+// no work is queued: the count is read in process, where polling the
+// queues would take server time from the work it waits on (a look at the
+// follow events' queue walks the rows deleted and not yet purged).
+func waitApplied(ctx context.Context, reg *prometheus.Registry, st *store.Store, applied float64) error {
+	deadline := time.Now().Add(followIdleLimit)
+	for counterOf(reg, appliedMetric) < applied && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return waitIdle(ctx, st, time.Until(deadline))
 }
 
 // importEdges imports a file of the edges' follow records and returns how

@@ -139,7 +139,8 @@ func (b *bench) importing(ctx context.Context) (err error) {
 		return err
 	}
 	cfg := service.DefaultConfig()
-	svc, err := service.New(st, cfg, slog.New(slog.DiscardHandler), service.NewMetrics(prometheus.NewRegistry()), time.Now)
+	reg := prometheus.NewRegistry()
+	svc, err := service.New(st, cfg, slog.New(slog.DiscardHandler), service.NewMetrics(reg), time.Now)
 	if err != nil {
 		return err
 	}
@@ -167,7 +168,7 @@ func (b *bench) importing(ctx context.Context) (err error) {
 	if res.Tables, err = b.loadDataCeiling(ctx, dir, impName, ceilName); err != nil {
 		return err
 	}
-	if res.FollowRates, err = b.followRates(ctx, st, svc, res.Users); err != nil {
+	if res.FollowRates, err = b.followRates(ctx, st, svc, reg, res.Users); err != nil {
 		return err
 	}
 	b.rep.Import = res
