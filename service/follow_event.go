@@ -22,8 +22,8 @@ import (
 // which claim apart. The steps of a round copy from one read of each
 // author's newest posts, holding up to roundSourceBound posts.
 const (
-	followEventBatch = 1024
-	backfillChunk    = 32
+	followEventBatch = 4096
+	backfillChunk    = 64
 	roundSourceBound = 100_000
 )
 

@@ -2,12 +2,9 @@ package store
 
 import (
 	"context"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
-
-	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
 )
@@ -65,8 +62,8 @@ func (s *Store) newestPosts(ctx context.Context, authors []uint64, limit int) (m
 				parts[i] = newestPostsPartSQL
 				args = append(args, a, limit)
 			}
-			var rows []feed.Post
-			if err := sqlx.SelectContext(ctx, sh.pool(ctx), &rows, strings.Join(parts, " UNION ALL "), args...); err != nil {
+			rows, err := selectPosts(ctx, sh.pool(ctx), strings.Join(parts, " UNION ALL "), args...)
+			if err != nil {
 				return nil, wrap("newest posts", err)
 			}
 			for _, p := range rows {
@@ -116,33 +113,17 @@ func (c *CopySource) get(ctx context.Context, s *Store, authors []uint64) (map[u
 // since the source read them: a delete's sweep may have passed the inbox
 // before the copy landed.
 func (s *Store) uncopyDeleted(ctx context.Context, copied map[uint64][]feed.Post) error {
-	byAuthor := map[uint64]map[uint64]bool{}
+	since := map[uint64]int64{}
 	for _, posts := range copied {
 		for _, p := range posts {
-			if byAuthor[p.AuthorID] == nil {
-				byAuthor[p.AuthorID] = map[uint64]bool{}
+			if t, ok := since[p.AuthorID]; !ok || p.PublishTime < t {
+				since[p.AuthorID] = p.PublishTime
 			}
-			byAuthor[p.AuthorID][p.ContentID] = true
 		}
 	}
-	deleted := map[uint64]bool{}
-	for _, authors := range s.groupByShard(slices.Collect(maps.Keys(byAuthor))) {
-		var ids []uint64
-		for _, a := range authors {
-			for c := range byAuthor[a] {
-				ids = append(ids, c)
-			}
-		}
-		for chunk := range slices.Chunk(ids, 1000) {
-			// Any of the database's authors routes the lookup to it.
-			gone, err := s.DeletedPosts(ctx, authors[0], chunk)
-			if err != nil {
-				return err
-			}
-			for _, c := range gone {
-				deleted[c] = true
-			}
-		}
+	deleted, err := s.DeletedSince(ctx, since)
+	if err != nil {
+		return err
 	}
 	if len(deleted) == 0 {
 		return nil

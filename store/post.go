@@ -4,10 +4,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/store/sqlconn"
 )
 
 // keysetOlder is the keyset condition of every newest-first page, written
@@ -231,17 +235,58 @@ func (s *Store) ListPosts(ctx context.Context, authorID uint64, before feed.Key,
 	return posts, wrap("list posts", err)
 }
 
-// DeletedPosts returns which of the author's content ids are deleted; a
+// deletedSincePartSQL finds an author's deleted posts published at or
+// after a time: a range of the primary key, where looking each copied id up
+// by uk_posts_content would cost two index lookups apiece.
+const deletedSincePartSQL = `(SELECT content_id FROM posts WHERE author_id = ? AND publish_time >= ? AND deleted = 1)`
+
+// DeletedSince returns the content ids of the authors' deleted posts, each
+// author's published at or after its time, a few authors a statement: a
 // backfill uses it to undo copies that raced with a delete.
-func (s *Store) DeletedPosts(ctx context.Context, authorID uint64, ids []uint64) ([]uint64, error) {
-	if len(ids) == 0 {
-		return nil, nil
+func (s *Store) DeletedSince(ctx context.Context, since map[uint64]int64) (map[uint64]bool, error) {
+	deleted := map[uint64]bool{}
+	for sh, authors := range s.groupByShard(slices.Collect(maps.Keys(since))) {
+		for chunk := range slices.Chunk(authors, outboxChunk) {
+			parts := make([]string, len(chunk))
+			args := make([]any, 0, 2*len(chunk))
+			for i, a := range chunk {
+				parts[i] = deletedSincePartSQL
+				args = append(args, a, since[a])
+			}
+			var ids []uint64
+			if err := sqlx.SelectContext(ctx, sh.pool(ctx), &ids, strings.Join(parts, " UNION ALL "), args...); err != nil {
+				return nil, wrap("deleted posts", err)
+			}
+			for _, id := range ids {
+				deleted[id] = true
+			}
+		}
 	}
-	q, args, err := sqlx.In(`SELECT content_id FROM posts WHERE content_id IN (?) AND deleted = 1`, ids)
+	return deleted, nil
+}
+
+// selectPosts runs a query whose columns are content_id, author_id,
+// publish_time and kind, in that order, and returns its rows as posts. It
+// scans into one set of targets rather than by reflection, and shares the
+// common kind's string: reads of outboxes return thousands of rows.
+func selectPosts(ctx context.Context, q sqlx.QueryerContext, query string, args ...any) ([]feed.Post, error) {
+	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
-	var out []uint64
-	err = sqlx.SelectContext(ctx, s.ShardOf(authorID).pool(ctx), &out, q, args...)
-	return out, wrap("deleted posts", err)
+	defer rows.Close()
+	var (
+		id, a sqlconn.Int[uint64]
+		t     sqlconn.Int[int64]
+		k     sql.RawBytes
+		out   []feed.Post
+	)
+	dest := []any{&id, &a, &t, &k}
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return nil, err
+		}
+		out = append(out, feed.Post{ContentID: id.V, AuthorID: a.V, PublishTime: t.V, Kind: kindOf(k)})
+	}
+	return out, rows.Err()
 }

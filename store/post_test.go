@@ -129,10 +129,10 @@ func TestDeletePost(t *testing.T) {
 		if len(posts) != 1 || posts[0].ContentID != 501 {
 			t.Errorf("ListPosts = %+v, want only 501", posts)
 		}
-		del, err := st.DeletedPosts(t.Context(), author, []uint64{500, 501, 555})
+		del, err := st.DeletedSince(t.Context(), map[uint64]int64{author: 0})
 		must(t, err)
-		if !slices.Equal(del, []uint64{500}) {
-			t.Errorf("DeletedPosts = %v, want [500]", del)
+		if !maps.Equal(del, map[uint64]bool{500: true}) {
+			t.Errorf("DeletedSince = %v, want 500", del)
 		}
 	})
 

@@ -607,8 +607,8 @@ func pullChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, limit int) 
 		args = append(args, src.AuthorID, src.Before.PublishTime, src.Before.PublishTime, src.Before.ContentID,
 			src.From.PublishTime, src.From.PublishTime, src.From.ContentID, limit)
 	}
-	var posts []feed.Post
-	if err := sqlx.SelectContext(ctx, sh.pool(ctx), &posts, strings.Join(parts, " UNION ALL "), args...); err != nil {
+	posts, err := selectPosts(ctx, sh.pool(ctx), strings.Join(parts, " UNION ALL "), args...)
+	if err != nil {
 		return nil, 0, wrap("pull posts", err)
 	}
 	return posts, 1, nil

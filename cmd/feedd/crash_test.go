@@ -480,7 +480,7 @@ func TestCrashBackfill(t *testing.T) {
 	const (
 		author     = 77
 		numPosts   = 300
-		numFollows = 200
+		numFollows = 600
 		inboxLimit = 200
 	)
 	kills := 4
