@@ -184,6 +184,30 @@ func TestBackfill(t *testing.T) {
 		return st, user, author, posts
 	}
 
+	t.Run("a post deleted after the source read it is not left copied", func(t *testing.T) {
+		t.Parallel()
+		st, user, author, posts := setup(t, 6)
+		other := user + 1
+		follow(t, st, user, author)
+		follow(t, st, other, author)
+		src := store.NewCopySource(5, 100)
+		// The first backfill reads the author's posts into src; the
+		// delete then sweeps the inboxes before the second copies them.
+		_, _, err := st.BackfillMany(t.Context(), st.ShardOf(other), []store.BackfillPair{{UserID: other, AuthorID: author}}, src)
+		must(t, err)
+		must(t, st.DeletePost(t.Context(), author, posts[1].ContentID))
+		_, n, err := st.BackfillMany(t.Context(), st.ShardOf(user), []store.BackfillPair{{UserID: user, AuthorID: author}}, src)
+		must(t, err)
+		if n != 5 {
+			t.Fatalf("copied %d rows, want 5 (from the source read before the delete)", n)
+		}
+		got, err := st.InboxKeys(t.Context(), user)
+		must(t, err)
+		if want := []feed.Post{posts[0], posts[2], posts[3], posts[4]}; !slices.Equal(got, want) {
+			t.Fatalf("inbox %v, want %v: the deleted post's copy taken out", got, want)
+		}
+	})
+
 	t.Run("capped copy raises the floor and settles the edge", func(t *testing.T) {
 		t.Parallel()
 		st, user, author, posts := setup(t, 12)
