@@ -26,9 +26,9 @@ type claimTable struct {
 
 // keyIn returns a predicate matching rows keys: "k1 IN (?, ?)" for a
 // one-column key, "(k1, k2) IN ((?, ?), (?, ?))" for several rows of a
-// longer one, whose point ranges every server builds at about half the cost
-// of the same keys written long-hand (an OR of ANDs, measured on MariaDB
-// 10.11 over hundreds of pairs). One row of a longer key is written
+// longer one, whose point ranges every server builds with less work than
+// for the same keys written long-hand (an OR of ANDs). One row of a longer
+// key is written
 // "(k1 = ? AND k2 = ?)": MariaDB does not range-scan a one-element row
 // constructor IN, and in an UPDATE that scan locks every row.
 func keyIn(key []string, rows int) string {

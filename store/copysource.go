@@ -111,7 +111,9 @@ func (c *CopySource) get(ctx context.Context, s *Store, authors []uint64) (map[u
 
 // uncopyDeleted takes out of each user's inbox the copies of posts deleted
 // since the source read them: a delete's sweep may have passed the inbox
-// before the copy landed.
+// before the copy landed. What a user got of an author is a run of its
+// newest posts (down to the limit or the edge's bound), so the range from
+// the author's oldest copied post up holds its copies and little else.
 func (s *Store) uncopyDeleted(ctx context.Context, copied map[uint64][]feed.Post) error {
 	since := map[uint64]int64{}
 	for _, posts := range copied {
