@@ -360,19 +360,8 @@ func (r *Reshard) drainPass(ctx context.Context, name string, tables map[string]
 		if g.from == name {
 			src = snap
 		}
-		// The target's workers lock the rows they work on: a write there
-		// may deadlock with them (or, on MyRocks, meet their newer
-		// writes as a snapshot conflict), and runs again. Short
-		// statements keep a busy target's conflicts to the rows they
-		// touch: one statement over thousands of rows met one on every
-		// try.
 		for chunk := range slices.Chunk(slices.Sorted(maps.Keys(pks)), resyncChunk) {
-			var n int
-			err := retryLocked(ctx, func() error {
-				var err error
-				n, err = r.resync(ctx, tables[g.table], src, g.to, chunk)
-				return err
-			})
+			n, err := r.resyncRetried(ctx, tables[g.table], src, g.to, chunk)
 			if err != nil {
 				return nil, fmt.Errorf("reshard: catch up %s (%s -> %s): %w", g.table, g.from, g.to, err)
 			}
@@ -380,6 +369,32 @@ func (r *Reshard) drainPass(ctx context.Context, name string, tables map[string]
 		}
 	}
 	return batch, nil
+}
+
+// resyncRetried is resync, run again when its write meets the target's
+// workers: they lock the rows they work on, so a write there may deadlock
+// with them (or, on MyRocks, meet their newer writes as a snapshot
+// conflict). Keys whose write keeps meeting them are resynced in halves,
+// down to one key a statement: short statements keep a busy target's
+// conflicts to the rows they touch (one statement over thousands of rows
+// met one on every try).
+func (r *Reshard) resyncRetried(ctx context.Context, t table, from sqlx.QueryerContext, to string, pks []string) (int, error) {
+	var n int
+	err := retryLocked(ctx, func() error {
+		var err error
+		n, err = r.resync(ctx, t, from, to, pks)
+		return err
+	})
+	if err == nil || len(pks) == 1 || !store.Retryable(err) {
+		return n, err
+	}
+	half := len(pks) / 2
+	a, err := r.resyncRetried(ctx, t, from, to, pks[:half])
+	if err != nil {
+		return a, err
+	}
+	b, err := r.resyncRetried(ctx, t, from, to, pks[half:])
+	return a + b, err
 }
 
 // resync makes the rows of t with the given primary keys (JSON arrays) on
