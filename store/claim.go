@@ -28,9 +28,9 @@ type claimTable struct {
 // one-column key, "(k1, k2) IN ((?, ?), (?, ?))" for several rows of a
 // longer one, whose point ranges every server builds with less work than
 // for the same keys written long-hand (an OR of ANDs). One row of a longer
-// key is written
-// "(k1 = ? AND k2 = ?)": MariaDB does not range-scan a one-element row
-// constructor IN, and in an UPDATE that scan locks every row.
+// key is written "(k1 = ? AND k2 = ?)": MariaDB does not range-scan a
+// one-element row constructor IN, and in an UPDATE that scan locks every
+// row.
 func keyIn(key []string, rows int) string {
 	if len(key) == 1 {
 		return key[0] + " IN (" + placeholders(rows) + ")"
@@ -45,9 +45,10 @@ func keyIn(key []string, rows int) string {
 // followingByPair is the following table for statements that find edges by
 // a keyIn of (user_id, author_id) pairs. Three of its indexes begin with
 // user_id, and MariaDB's range optimizer weighs every one against each
-// disjunct: over hundreds of pairs that costs many times the statement's
-// lookups, and it may choose a range over the users' whole rows. The primary key (author_id, user_id) makes each
-// pair one point, and a locking read locks only the edges it finds.
+// pair: over hundreds of pairs that costs many times the statement's
+// lookups, and it may choose a range over the users' whole rows. The
+// primary key (author_id, user_id) makes each pair one point, and a
+// locking read locks only the edges it finds.
 const followingByPair = "following FORCE INDEX (PRIMARY)"
 
 // claimUpdateSQL takes rows candidates by primary key. FORCE INDEX keeps the
