@@ -85,26 +85,41 @@ func startTiDB() (*tidb, error) {
 		return nil, fmt.Errorf("server run: %w", err)
 	}
 	t.port = t.server.ListenAddr().(*net.TCPAddr).Port
-	if err := t.commitWithTwoPhases(); err != nil {
+	if err := t.commitForUnistore(); err != nil {
 		t.Close()
 		return nil, err
 	}
 	return t, nil
 }
 
-// commitWithTwoPhases turns async commit and one-phase commit off for every
-// session. unistore, the in-process storage engine, does not implement the
-// max-timestamp tracking that keeps a snapshot read consistent with those
-// commits (ngaut/unistore#510): a snapshot then sees one row of a
-// transaction and not another. TiKV implements it; a deployment keeps
-// TiDB's defaults.
-func (t *tidb) commitWithTwoPhases() error {
+// commitForUnistore sets, for every session, how transactions commit over
+// unistore, the in-process storage engine, so that a snapshot sees each
+// transaction whole, as TiKV keeps it with TiDB's defaults:
+//
+//   - async commit and one-phase commit off: unistore does not implement
+//     the max-timestamp tracking that keeps a snapshot read consistent with
+//     those commits (ngaut/unistore#510).
+//   - the prewrite batches of a transaction one at a time, the primary's
+//     first (tidb_committer_concurrency = 1): a reader that meets a
+//     prewritten secondary while the primary still holds only its
+//     pessimistic lock pushes that lock's min_commit_ts and reads past the
+//     transaction, and unistore's prewrite of the primary drops the push
+//     (TiKV keeps it), so the transaction could commit below the reader's
+//     snapshot and show it one row and not another. A transaction's keys
+//     fall in several batches once unistore splits a busy region.
+//
+// A deployment on TiKV keeps TiDB's defaults.
+func (t *tidb) commitForUnistore() error {
 	db, err := sql.Open("mysql", t.DSN())
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	for _, q := range []string{"SET GLOBAL tidb_enable_async_commit = OFF", "SET GLOBAL tidb_enable_1pc = OFF"} {
+	for _, q := range []string{
+		"SET GLOBAL tidb_enable_async_commit = OFF",
+		"SET GLOBAL tidb_enable_1pc = OFF",
+		"SET GLOBAL tidb_committer_concurrency = 1",
+	} {
 		if _, err := db.Exec(q); err != nil {
 			return fmt.Errorf("%s: %w", q, err)
 		}
