@@ -40,10 +40,10 @@ import (
 // position: each source is read down to it at most, and the page's next
 // cursor is set exactly when items remain between its last item and Since.
 //
-// With page.Kinds set, the page holds only posts of those kinds: it is the
-// feed read in chunks and filtered, so it is exact, and it examines at most
-// KindScanBudget items; when they hold fewer than a page of matches, the
-// page holds those with a next cursor at the last item examined.
+// With page.Kinds set, the page holds only posts of those kinds: every
+// source is read for those kinds alone (the inbox by the server dropping
+// the others, the outboxes through an index by kind), so a page of a rare
+// kind is as full as the feed allows, at any depth.
 //
 // Returns EINVALID for a malformed cursor, since, page size or kinds.
 func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) (feed.FeedPage, error) {
@@ -63,18 +63,10 @@ func (s *Service) Feed(ctx context.Context, userID uint64, page feed.Page) (feed
 	if err != nil {
 		return feed.FeedPage{}, err
 	}
-	var (
-		items []feed.Post
-		rd    *pageRead
-		next  string
-	)
-	if kinds != nil {
-		items, next, rd, err = s.readKinds(ctx, userID, before, since, page.Limit, kinds)
-	} else {
-		items, rd, err = s.readFeed(ctx, userID, before, since, page.Limit+1)
-		if err == nil {
-			items, next, err = pageOf(items, page.Limit, feedCursor)
-		}
+	items, rd, err := s.readFeed(ctx, userID, before, since, page.Limit+1, kinds)
+	var next string
+	if err == nil {
+		items, next, err = pageOf(items, page.Limit, feedCursor)
 	}
 	if err != nil {
 		return feed.FeedPage{}, err
@@ -102,16 +94,16 @@ func decodePosition(s string) (feed.Key, error) {
 }
 
 // readFeed returns the newest n items of the user's feed strictly between
-// since and before, newest first, and what the reads cost and missed. It
-// also marks the user active.
-func (s *Service) readFeed(ctx context.Context, userID uint64, before, since feed.Key, n int) ([]feed.Post, *pageRead, error) {
+// since and before, of the kinds (sorted) when not nil, newest first, and
+// what the reads cost and missed. It also marks the user active.
+func (s *Service) readFeed(ctx context.Context, userID uint64, before, since feed.Key, n int, kinds []string) ([]feed.Post, *pageRead, error) {
 	from := after(since)
 	// A next page of a reader whose last page went below the inbox most
 	// likely goes there too: what that read starts from is read meanwhile.
 	if before != store.Top && s.store.ReadsDeep(userID) {
 		ctx = s.store.LearnAhead(ctx, s.store.Shards(), s.cfg.SourceTimeout)
 	}
-	snap, err := s.store.ReadFeed(ctx, userID, before, from, n)
+	snap, err := s.store.ReadFeed(ctx, userID, before, from, n, kinds)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -127,7 +119,7 @@ func (s *Service) readFeed(ctx context.Context, userID uint64, before, since fee
 			bound = olderOf(before, feed.Key{PublishTime: activeSince + 1})
 		}
 		// A follow with a copy limit shows nothing below its bound.
-		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound, From: newerOf(from, pa.From)})
+		sources = append(sources, store.PullSource{AuthorID: pa.AuthorID, Before: bound, From: newerOf(from, pa.From), Kinds: kinds})
 		rd.pullAuthors = append(rd.pullAuthors, pa.AuthorID)
 	}
 	pulled, err := s.pull(ctx, rd, sources, n)
@@ -140,7 +132,7 @@ func (s *Service) readFeed(ctx context.Context, userID uint64, before, since fee
 	deep := len(items) < n && snap.Floor != nil && since.Less(*snap.Floor)
 	s.store.SetReadsDeep(userID, deep)
 	if deep {
-		deep, err := s.deepScroll(ctx, rd, userID, olderOf(before, *snap.Floor), from, n-len(items))
+		deep, err := s.deepScroll(ctx, rd, userID, olderOf(before, *snap.Floor), from, n-len(items), kinds)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -172,8 +164,9 @@ func after(k feed.Key) feed.Key {
 }
 
 // deepScroll reads the newest posts older than before, and at or above from,
-// from the outboxes of everyone the user follows and the user's own.
-func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, before, from feed.Key, limit int) ([]feed.Post, error) {
+// of the kinds when not nil, from the outboxes of everyone the user follows
+// and the user's own.
+func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, before, from feed.Key, limit int, kinds []string) ([]feed.Post, error) {
 	// What the outbox reads start from is read meanwhile, from every
 	// database this page has not found failed.
 	ctx = s.store.LearnAhead(ctx, slices.DeleteFunc(slices.Clone(s.store.Shards()), func(sh *store.Shard) bool { return rd.failed[sh] }), s.cfg.SourceTimeout)
@@ -187,7 +180,7 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 	}
 	sources := make([]store.PullSource, 0, len(authors)+1)
 	for _, a := range authors {
-		src := store.PullSource{AuthorID: a, Before: before, From: from}
+		src := store.PullSource{AuthorID: a, Before: before, From: from, Kinds: kinds}
 		if b, ok := bounds[a]; ok {
 			// A follow with a copy limit shows nothing below its bound:
 			// an outbox wholly below it is not read.
@@ -197,7 +190,7 @@ func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, b
 		}
 		sources = append(sources, src)
 	}
-	sources = append(sources, store.PullSource{AuthorID: userID, Before: before, From: from})
+	sources = append(sources, store.PullSource{AuthorID: userID, Before: before, From: from, Kinds: kinds})
 	posts, err := s.readOutboxes(ctx, rd, sources, limit)
 	if err != nil {
 		return nil, err

@@ -498,7 +498,7 @@ func runFeedBruteForce(t *testing.T, seed uint64, activeDays int) {
 				}
 			}
 		}
-		snap, err := h.store.ReadFeed(context.Background(), u, store.Top, feed.Key{}, 1)
+		snap, err := h.store.ReadFeed(context.Background(), u, store.Top, feed.Key{}, 1, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -828,7 +828,7 @@ func TestFeedPendingFollowNoWorkers(t *testing.T) {
 	for _, author := range []uint64{a, b, c} {
 		m.follow(t, h, reader, author)
 	}
-	snap, err := h.store.ReadFeed(context.Background(), reader, store.Top, feed.Key{}, 1)
+	snap, err := h.store.ReadFeed(context.Background(), reader, store.Top, feed.Key{}, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

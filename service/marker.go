@@ -49,7 +49,7 @@ func (s *Service) withUnread(ctx context.Context, userID uint64, m store.Marker,
 	if ok {
 		out.Cursor, out.UpdatedAt = encodeCursor(cursorFeed, m.Key), m.UpdatedAt
 	}
-	items, rd, err := s.readFeed(ctx, userID, store.Top, m.Key, feed.UnreadCap+1)
+	items, rd, err := s.readFeed(ctx, userID, store.Top, m.Key, feed.UnreadCap+1, nil)
 	if err != nil {
 		return feed.Marker{}, err
 	}

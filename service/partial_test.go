@@ -71,7 +71,7 @@ func TestFeedPartial(t *testing.T) {
 	h.waitIdle(t)
 	stop()
 	m.follow(t, h, reader, pulled)
-	snap, err := h.store.ReadFeed(ctx, reader, store.Top, feed.Key{}, 100)
+	snap, err := h.store.ReadFeed(ctx, reader, store.Top, feed.Key{}, 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -347,7 +347,7 @@ func (s *Service) readTop(ctx context.Context, sub *subscription, readTimeout ti
 func (s *Service) readFeedWithin(ctx context.Context, sub *subscription, before, since feed.Key, n int, readTimeout time.Duration) ([]feed.Post, error) {
 	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	defer cancel()
-	items, rd, err := s.readFeed(rctx, sub.user, before, since, n)
+	items, rd, err := s.readFeed(rctx, sub.user, before, since, n, nil)
 	if err != nil {
 		return nil, err
 	}

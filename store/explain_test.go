@@ -106,6 +106,13 @@ func explainRows(t *testing.T, sh *store.Shard, q string, args ...any) []planRow
 // the primary key without a filesort.
 func rangeScan(t *testing.T, plan []planRow, table string, types ...string) {
 	t.Helper()
+	indexScan(t, plan, table, "PRIMARY", types...)
+}
+
+// indexScan asserts that every plan row of table is a range scan of the
+// key without a filesort.
+func indexScan(t *testing.T, plan []planRow, table, key string, types ...string) {
+	t.Helper()
 	if len(types) == 0 {
 		types = []string{"range"}
 	}
@@ -115,8 +122,8 @@ func rangeScan(t *testing.T, plan []planRow, table string, types ...string) {
 			continue
 		}
 		seen++
-		if r["key"] != "PRIMARY" || !slices.Contains(types, r["type"]) || strings.Contains(strings.ToLower(r["extra"]), "filesort") {
-			t.Errorf("plan of %s: %v; want key PRIMARY, type %v, no filesort", table, r, types)
+		if r["key"] != key || !slices.Contains(types, r["type"]) || strings.Contains(strings.ToLower(r["extra"]), "filesort") {
+			t.Errorf("plan of %s: %v; want key %s, type %v, no filesort", table, r, key, types)
 		}
 	}
 	if seen == 0 {
@@ -149,7 +156,11 @@ func explainShard(t *testing.T) *store.Shard {
 			tm := t0 - int64(i/3)*1000
 			id := u*10_000 + i
 			inboxRows = append(inboxRows, []any{u, tm, id, u + 1000, "post"})
-			postRows = append(postRows, []any{u, tm, id, "post", 0, t0})
+			kind := "post"
+			if i%7 == 0 {
+				kind = "photo"
+			}
+			postRows = append(postRows, []any{u, tm, id, kind, 0, t0})
 			if i%10 == 0 {
 				postRows[len(postRows)-1][4] = 1 // some deleted
 			}
@@ -220,6 +231,25 @@ func TestExplainRangeScans(t *testing.T) {
 		}
 	})
 
+	// A page of some kinds scans the same range, the server dropping the
+	// other kinds' entries.
+	t.Run("feed page of kinds", func(t *testing.T) {
+		t.Parallel()
+		for _, kinds := range [][]string{{"photo"}, {"photo", "video"}} {
+			for _, c := range []struct {
+				q    string
+				args []any
+			}{
+				{store.FeedPageKinds, []any{7, mid.t, mid.t, mid.id, kinds, 0, 0, 0, 22}},
+				{store.FeedPagePullKind, []any{7, 7, top.PublishTime, top.PublishTime, top.ContentID, kinds, 0, 0, 0, 22}},
+			} {
+				q, args, err := sqlx.In(c.q, c.args...)
+				must(t, err)
+				rangeScan(t, explain(t, sh, q, args...), "inbox")
+			}
+		}
+	})
+
 	t.Run("list posts", func(t *testing.T) {
 		t.Parallel()
 		rangeScan(t, explain(t, sh, store.ListPostsSQL, 7, top.PublishTime, top.PublishTime, top.ContentID, 21), "posts")
@@ -230,6 +260,12 @@ func TestExplainRangeScans(t *testing.T) {
 		t.Parallel()
 		rangeScan(t, explain(t, sh, store.PullPartSQL, 7, mid.t, mid.t, mid.id, 0, 0, 0, 21), "posts")
 		rangeScan(t, explain(t, sh, store.PullPartSQL, 7, mid.t, mid.t, mid.id, mid.t-100, mid.t-100, 0, 21), "posts")
+	})
+
+	t.Run("pull one author's kind", func(t *testing.T) {
+		t.Parallel()
+		indexScan(t, explain(t, sh, store.PullPartKindSQL, 7, "photo", mid.t, mid.t, mid.id, 0, 0, 0, 21), "posts", "idx_posts_kind")
+		indexScan(t, explain(t, sh, store.PullPartKindSQL, 7, "photo", top.PublishTime, top.PublishTime, top.ContentID, mid.t-100, mid.t-100, 0, 21), "posts", "idx_posts_kind")
 	})
 
 	t.Run("pull union of authors", func(t *testing.T) {
@@ -278,6 +314,34 @@ func TestExplainRangeScans(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	// A deep page of some kinds: a loose index scan of idx_posts_kind, a
+	// seek per author and kind.
+	t.Run("pull heads of kinds", func(t *testing.T) {
+		t.Parallel()
+		var ids []uint64
+		for a := uint64(1); a <= explainUsers; a++ {
+			ids = append(ids, a)
+		}
+		for _, kinds := range [][]string{{"photo"}, {"photo", "video"}} {
+			q, args, err := sqlx.In(store.PullKindHeads, ids, kinds, 0, mid.t)
+			must(t, err)
+			plan := explain(t, sh, q, args...)
+			indexScan(t, plan, "posts", "idx_posts_kind")
+			for _, r := range plan {
+				if !tidb && !strings.Contains(strings.ToLower(r["extra"]), "using index for group-by") {
+					t.Errorf("plan of the heads of kinds: %v; want a loose index scan (using index for group-by)", r)
+				}
+			}
+		}
+	})
+
+	t.Run("pull window of kinds", func(t *testing.T) {
+		t.Parallel()
+		q, args, err := sqlx.In(store.PullKindWindow, []uint64{3, 5, 7, 9}, []string{"photo", "video"}, mid.t, mid.t, mid.id, mid.t-5000, 169)
+		must(t, err)
+		indexScan(t, explain(t, sh, q, args...), "posts", "idx_posts_kind")
 	})
 
 	// The posts of the followees a deep page can come from: one range of

@@ -11,6 +11,11 @@ import (
 const (
 	FeedPageSQL      = feedPageSQL
 	FeedPagePullSQL  = feedPagePullSQL
+	FeedPageKinds    = feedPageKindsSQL
+	FeedPagePullKind = feedPagePullKindsSQL
+	PullPartKindSQL  = pullPartKindSQL
+	PullKindHeads    = pullKindHeadsSQL
+	PullKindWindow   = pullKindWindowSQL
 	HeaderKeySQL     = headerKeySQL
 	ListPostsSQL     = listPostsSQL
 	PullPartSQL      = pullPartSQL

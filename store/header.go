@@ -133,11 +133,23 @@ func (sh *Shard) markPulls(ctx context.Context, users []uint64) error {
 // header and stops at the lower bound, so a count above a read marker reads
 // only the rows it counts. src is 0 for both (the header is the row at the
 // header key).
-const feedPageSQL = `SELECT ` + inboxInOrder + ` 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k,
+const feedPageSQL = feedPageHead + keysetOlder + feedPageTail
+
+// feedPageKindsSQL is feedPageSQL for a page of some kinds only (a list
+// for sqlx.In after the bound): the same backward scan, the server
+// dropping the entries of other kinds, so a page of a rare kind reads down
+// the inbox until it holds a page or meets the lower bound, and returns
+// only what it keeps.
+const feedPageKindsSQL = feedPageHead + `(` + keysetOlder + ` AND kind IN (?))` + feedPageTail
+
+const (
+	feedPageHead = `SELECT ` + inboxInOrder + ` 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k,
  floor_time AS ft, floor_id AS fi, last_read_at AS lr, active_since AS act, pulls AS p, follows AS fv
  FROM inbox FORCE INDEX (PRIMARY)
- WHERE user_id = ? AND (` + keysetOlder + ` OR ` + headerKeySQL + `) AND ` + keysetFrom + `
+ WHERE user_id = ? AND (`
+	feedPageTail = ` OR ` + headerKeySQL + `) AND ` + keysetFrom + `
  ORDER BY publish_time DESC, content_id DESC LIMIT ?`
+)
 
 // feedPagePullSQL is feedPageSQL after, in the same statement, the
 // followed authors that reads must pull (src 1: t = pull bits, a = author,
@@ -150,26 +162,50 @@ const feedPageSQL = `SELECT ` + inboxInOrder + ` 0 AS src, publish_time AS t, co
 // the column it stands for: TiDB refuses to merge ascii with the
 // connection's utf8mb4 in a UNION (error 1271), where MySQL and MariaDB
 // coerce.
-const feedPagePullSQL = `(SELECT 1 AS src, pull AS t, 0 AS id, author_id AS a, _ascii'' AS k,
+const feedPagePullSQL = pullAuthorsPart + `(` + feedPageSQL + `)`
+
+// feedPagePullKindsSQL is feedPagePullSQL for a page of some kinds.
+const feedPagePullKindsSQL = pullAuthorsPart + `(` + feedPageKindsSQL + `)`
+
+const pullAuthorsPart = `(SELECT 1 AS src, pull AS t, 0 AS id, author_id AS a, _ascii'' AS k,
  history_time AS ft, history_id AS fi, NULL AS lr, NULL AS act, NULL AS p, NULL AS fv
  FROM following FORCE INDEX (idx_following_reads) WHERE user_id = ? AND pull > 0 AND muted = 0)
-UNION ALL (` + feedPageSQL + `)`
+UNION ALL `
 
-// readFeedPage runs one of the two page statements and parses its rows;
-// pulls reports the header's mark.
-func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64, before, from feed.Key, limit int) (snap FeedSnapshot, pulls bool, err error) {
-	st, err := sh.feedStmt(ctx, withPull)
-	if err != nil {
-		return snap, false, err
+// readFeedPage runs one of the page statements and parses its rows: with
+// or without the pull authors, and of the kinds (sorted) when set; pulls
+// reports the header's mark.
+func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64, before, from feed.Key, limit int, kinds []string) (snap FeedSnapshot, pulls bool, err error) {
+	args := []any{userID, before.PublishTime, before.PublishTime, before.ContentID}
+	if kinds != nil {
+		args = append(args, kinds)
 	}
-	args := []any{userID, before.PublishTime, before.PublishTime, before.ContentID,
-		from.PublishTime, from.PublishTime, from.ContentID, limit + 1}
+	args = append(args, from.PublishTime, from.PublishTime, from.ContentID, limit+1)
 	if withPull {
 		args = append([]any{userID}, args...)
 	}
-	rows, err := st.QueryContext(ctx, args...)
-	if err != nil {
-		return snap, false, err
+	var rows *sql.Rows
+	if kinds == nil {
+		st, err := sh.feedStmt(ctx, withPull)
+		if err != nil {
+			return snap, false, err
+		}
+		rows, err = st.QueryContext(ctx, args...)
+		if err != nil {
+			return snap, false, err
+		}
+	} else {
+		q := feedPageKindsSQL
+		if withPull {
+			q = feedPagePullKindsSQL
+		}
+		q, args, err := sqlx.In(q, args...)
+		if err != nil {
+			return snap, false, err
+		}
+		if rows, err = sh.pool(ctx).QueryContext(ctx, q, args...); err != nil {
+			return snap, false, err
+		}
 	}
 	defer rows.Close()
 	// One set of scan targets for every row: they escape to the heap

@@ -38,7 +38,7 @@ func TestReadFeedPullMark(t *testing.T) {
 		t.Helper()
 		cold := openStore(t, m) // no hints: what a restarted process sees
 		for _, st := range []*store.Store{cold, cold} {
-			snap, err := st.ReadFeed(t.Context(), user, store.Top, feed.Key{}, 10)
+			snap, err := st.ReadFeed(t.Context(), user, store.Top, feed.Key{}, 10, nil)
 			must(t, err)
 			if !slices.Equal(snap.Pull, wantPull) {
 				t.Errorf("%s: pull authors %+v, want %+v", step, snap.Pull, wantPull)

@@ -208,7 +208,7 @@ func inbox(t *testing.T, st *store.Store, user uint64) []uint64 {
 // snapshot reads the user's first feed page state.
 func snapshot(t *testing.T, st *store.Store, user uint64) store.FeedSnapshot {
 	t.Helper()
-	snap, err := st.ReadFeed(t.Context(), user, store.Top, feed.Key{}, 1000)
+	snap, err := st.ReadFeed(t.Context(), user, store.Top, feed.Key{}, 1000, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,18 +43,20 @@ type FeedSnapshot struct {
 }
 
 // ReadFeed returns the user's inbox entries older than before and at or
-// above from (up to limit; the zero from bounds nothing) with the state needed to merge pull sources into them, in one statement
-// for a user with nothing to pull, and otherwise in one statement that
-// reads the pull authors too (two if the user was not known to pull: the
-// first one finds the mark). Statements reports how many ran.
-func (s *Store) ReadFeed(ctx context.Context, userID uint64, before, from feed.Key, limit int) (FeedSnapshot, error) {
+// above from (up to limit; the zero from bounds nothing), of the kinds
+// (sorted, each once) when kinds is not nil, with the state needed to merge
+// pull sources into them, in one statement for a user with nothing to
+// pull, and otherwise in one statement that reads the pull authors too
+// (two if the user was not known to pull: the first one finds the mark).
+// Statements reports how many ran.
+func (s *Store) ReadFeed(ctx context.Context, userID uint64, before, from feed.Key, limit int, kinds []string) (FeedSnapshot, error) {
 	sh := s.ShardOf(userID)
 	withPull := sh.pullHints.Has(userID)
-	snap, pulls, err := sh.readFeedPage(ctx, withPull, userID, before, from, limit)
+	snap, pulls, err := sh.readFeedPage(ctx, withPull, userID, before, from, limit, kinds)
 	snap.Statements = 1
 	if err == nil && pulls && !withPull {
 		first := snap.Rows
-		snap, pulls, err = sh.readFeedPage(ctx, true, userID, before, from, limit)
+		snap, pulls, err = sh.readFeedPage(ctx, true, userID, before, from, limit, kinds)
 		snap.Statements, snap.Rows = 2, snap.Rows+first
 	}
 	if err != nil {

@@ -24,7 +24,7 @@ func TestReadFeed(t *testing.T) {
 	var got []feed.Post
 	before := store.Top
 	for {
-		snap, err := st.ReadFeed(t.Context(), 1, before, feed.Key{}, 7)
+		snap, err := st.ReadFeed(t.Context(), 1, before, feed.Key{}, 7, nil)
 		must(t, err)
 		if snap.LastReadAt != t0 || snap.ActiveSince != t0+5 || snap.Floor != nil ||
 			!slices.Equal(snap.Pull, []store.PullAuthor{{AuthorID: 2, Pull: store.PullPending}}) {
@@ -46,7 +46,7 @@ func TestReadFeed(t *testing.T) {
 	t.Run("from", func(t *testing.T) {
 		t.Parallel()
 		for i := range want {
-			snap, err := st.ReadFeed(t.Context(), 1, store.Top, want[i].Key(), 100)
+			snap, err := st.ReadFeed(t.Context(), 1, store.Top, want[i].Key(), 100, nil)
 			must(t, err)
 			if !slices.Equal(snap.Inbox, want[:i+1]) || snap.LastReadAt != t0 || len(snap.Pull) != 1 {
 				t.Fatalf("from entry %d: %d entries, state %+v", i, len(snap.Inbox), snap)
@@ -56,7 +56,7 @@ func TestReadFeed(t *testing.T) {
 
 	t.Run("unknown user", func(t *testing.T) {
 		t.Parallel()
-		snap, err := st.ReadFeed(t.Context(), 999, store.Top, feed.Key{}, 10)
+		snap, err := st.ReadFeed(t.Context(), 999, store.Top, feed.Key{}, 10, nil)
 		must(t, err)
 		if len(snap.Inbox) != 0 || snap.Floor != nil || len(snap.Pull) != 0 || snap.LastReadAt != 0 || snap.ActiveSince != 0 {
 			t.Errorf("snapshot of a stranger: %+v", snap)
@@ -352,7 +352,7 @@ func TestBackfillShowsRowsBeforeBit(t *testing.T) {
 						return
 					default:
 					}
-					snap, err := st.ReadFeed(ctx, user, store.Top, feed.Key{}, 10)
+					snap, err := st.ReadFeed(ctx, user, store.Top, feed.Key{}, 10, nil)
 					if err != nil {
 						t.Error(err)
 						return

@@ -106,13 +106,14 @@ func (c *outboxCache) drop(author uint64) {
 // lists for a merge, with what the reads cost and missed: from the cache
 // (CacheOutboxes) where it reaches deep enough, refreshing stale authors'
 // heads with one statement per database, and with PullNewest for sources
-// deeper than the cache, or for all of them when nothing is cached. The
+// deeper than the cache, or for all of them when nothing is cached or the
+// read is of some kinds (the cache holds the newest posts of every kind). The
 // authors of a database the refresh found failed are not asked again, and
 // are missing with it. Lists from the cache share its arrays: read them
 // only.
 func (s *Store) PullCached(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) ([][]feed.Post, Pulled, error) {
 	c := s.outboxes.Load()
-	if c == nil {
+	if c == nil || (len(sources) > 0 && sources[0].Kinds != nil) {
 		p, err := s.PullNewest(ctx, sources, limit, shardTimeout)
 		return [][]feed.Post{p.Posts}, p, err
 	}

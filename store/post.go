@@ -24,8 +24,9 @@ const keysetOlder = `(publish_time < ? OR (publish_time = ? AND content_id < ?))
 // whole keyset range (TopN) when it lacks statistics of a filtered column;
 // MySQL 8 already reads in order, and MariaDB reads the hint as a comment.
 const (
-	inboxInOrder = `/*+ ORDER_INDEX(inbox PRIMARY) */`
-	postsInOrder = `/*+ ORDER_INDEX(posts PRIMARY) */`
+	inboxInOrder     = `/*+ ORDER_INDEX(inbox PRIMARY) */`
+	postsInOrder     = `/*+ ORDER_INDEX(posts PRIMARY) */`
+	postsKindInOrder = `/*+ ORDER_INDEX(posts idx_posts_kind) */`
 )
 
 const insertPostSQL = `INSERT INTO posts (author_id, publish_time, content_id, kind, created_at) VALUES (?, ?, ?, ?, ?)`

@@ -22,6 +22,9 @@ type PullSource struct {
 	Before   feed.Key
 	// From, when set, bounds the read below: posts at or above it only.
 	From feed.Key
+	// Kinds, when set (sorted, each once), keeps the posts of those kinds
+	// only, read through idx_posts_kind. The sources of one read share it.
+	Kinds []string
 }
 
 // pullChunk bounds the authors read by one pull statement.
@@ -31,6 +34,14 @@ const pullChunk = 64
 // below a bound, a backward range scan of the posts primary key.
 const pullPartSQL = `(SELECT ` + postsInOrder + ` content_id, author_id, publish_time, kind FROM posts
 WHERE author_id = ? AND deleted = 0 AND ` + keysetOlder + ` AND ` + keysetFrom + `
+ORDER BY publish_time DESC, content_id DESC LIMIT ?)`
+
+// pullPartKindSQL is pullPartSQL for the posts of one kind: a backward
+// range scan of idx_posts_kind, which holds each author's posts of a kind
+// in the primary key's order. A source of several kinds has a part per
+// kind.
+const pullPartKindSQL = `(SELECT ` + postsKindInOrder + ` content_id, author_id, publish_time, kind FROM posts FORCE INDEX (idx_posts_kind)
+WHERE author_id = ? AND kind = ? AND deleted = 0 AND ` + keysetOlder + ` AND ` + keysetFrom + `
 ORDER BY publish_time DESC, content_id DESC LIMIT ?)`
 
 // keysetFrom is the inclusive lower bound of a pull read; the zero key
@@ -62,8 +73,9 @@ func (p *Pulled) add(o Pulled) {
 	}
 }
 
-// PullPosts reads up to limit live posts of each source, newest first per
-// source, for read-time merging. Sources on the same shard are read together
+// PullPosts reads up to limit live posts of each source (of each of its
+// kinds, when it has some), newest first per source and kind, for
+// read-time merging. Sources on the same shard are read together
 // with one UNION ALL statement per 64 authors, so a page costs one query per
 // shard for the usual handful of pull authors; the shards are read in
 // parallel.
@@ -76,8 +88,8 @@ func (p *Pulled) add(o Pulled) {
 // for ctx itself ending, which fails the whole read.
 func (s *Store) PullPosts(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) (Pulled, error) {
 	posts, out, err := readShards(ctx, s, sources, shardTimeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]feed.Post, int, error) {
-		return runChunks(ctx, chunked(srcs, pullChunk), func(ctx context.Context, chunk []PullSource) ([]feed.Post, int, error) {
-			return pullChunkOf(ctx, sh, chunk, limit)
+		return runChunks(ctx, chunked(srcs, pullChunkOf(srcs)), func(ctx context.Context, chunk []PullSource) ([]feed.Post, int, error) {
+			return pullPostsOf(ctx, sh, chunk, limit)
 		})
 	})
 	out.Posts, out.Rows = posts, len(posts)
@@ -105,9 +117,17 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 	if len(sources) <= limit+1 {
 		return s.PullPosts(ctx, sources, limit, shardTimeout)
 	}
-	k, learnt, err := s.learn(ctx, sources, shardTimeout)
-	if err != nil {
-		return Pulled{}, err
+	// What the process knows of the outboxes (CacheHeads) is of all their
+	// posts: a read of some kinds neither uses nor keeps it.
+	var (
+		k      *knowledge
+		learnt Pulled
+		err    error
+	)
+	if sources[0].Kinds == nil {
+		if k, learnt, err = s.learn(ctx, sources, shardTimeout); err != nil {
+			return Pulled{}, err
+		}
 	}
 	if len(learnt.Missing) > 0 {
 		sources = slices.DeleteFunc(slices.Clone(sources), func(src PullSource) bool {
@@ -188,6 +208,12 @@ const windowRows = 8
 const pullWindowSQL = `SELECT 1 AS w, content_id, author_id, publish_time, kind FROM posts
 WHERE author_id IN (?) AND deleted = 0 AND ` + keysetOlder + ` AND publish_time >= ? LIMIT ?`
 
+// pullKindWindowSQL is pullWindowSQL for the posts of some kinds (a list
+// for sqlx.In after the authors): a range of idx_posts_kind per author and
+// kind.
+const pullKindWindowSQL = `SELECT 1 AS w, content_id, author_id, publish_time, kind FROM posts FORCE INDEX (idx_posts_kind)
+WHERE author_id IN (?) AND kind IN (?) AND deleted = 0 AND ` + keysetOlder + ` AND publish_time >= ? LIMIT ?`
+
 // pullWindowHeadsSQL is pullWindowSQL with, in the same statement and so
 // at no extra round trip, the heads of the same authors below the window
 // (pullHeadsSQL's, in rows with w = 0): what the next page of a scroll
@@ -245,8 +271,8 @@ func (s *Store) pullWindows(ctx context.Context, read []sourceHead, bound feed.K
 				k.keepWindows(chunk, posts, below, low)
 				return posts, 1, nil
 			}
-			got, m, err := runChunks(ctx, chunked(chunk, pullChunk), func(ctx context.Context, part []PullSource) ([]feed.Post, int, error) {
-				return pullChunkOf(ctx, sh, part, limit)
+			got, m, err := runChunks(ctx, chunked(chunk, pullChunkOf(chunk)), func(ctx context.Context, part []PullSource) ([]feed.Post, int, error) {
+				return pullPostsOf(ctx, sh, part, limit)
 			})
 			rows.Add(int64(len(got)))
 			if err == nil {
@@ -270,7 +296,10 @@ func windowChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, maxRows i
 	}
 	b, f := chunk[0].Before, chunk[0].From
 	q, args := pullWindowSQL, []any{ids, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, maxRows + 1}
-	if low >= 0 && low <= hi {
+	switch kinds := chunk[0].Kinds; {
+	case kinds != nil:
+		q, args = pullKindWindowSQL, append([]any{ids, kinds}, args[1:]...)
+	case low >= 0 && low <= hi:
 		q, args = pullWindowHeadsSQL, append(args, ids, low, hi)
 	}
 	q, args, err := sqlx.In(q, args...)
@@ -364,6 +393,12 @@ const headChunk = 500
 const pullHeadsSQL = `SELECT author_id, MAX(publish_time) AS t FROM posts
 WHERE author_id IN (?) AND publish_time >= ? AND publish_time <= ? GROUP BY author_id`
 
+// pullKindHeadsSQL is pullHeadsSQL for the posts of some kinds (a list for
+// sqlx.In after the authors): a loose index scan of idx_posts_kind, a head
+// per author and kind, the newest of which is the author's.
+const pullKindHeadsSQL = `SELECT author_id, MAX(publish_time) AS t FROM posts FORCE INDEX (idx_posts_kind)
+WHERE author_id IN (?) AND kind IN (?) AND publish_time >= ? AND publish_time <= ? GROUP BY author_id, kind`
+
 // timeRange returns the publish times, inclusive, that the source's keyset
 // range lies within.
 func (src PullSource) timeRange() (lo, hi int64) {
@@ -413,7 +448,11 @@ func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, k *knowled
 	for i, src := range chunk {
 		ids[i] = src.AuthorID
 	}
-	q, args, err := sqlx.In(pullHeadsSQL, ids, lo, hi)
+	q, args := pullHeadsSQL, []any{ids, lo, hi}
+	if kinds := chunk[0].Kinds; kinds != nil {
+		q, args = pullKindHeadsSQL, []any{ids, kinds, lo, hi}
+	}
+	q, args, err := sqlx.In(q, args...)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -426,7 +465,9 @@ func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, k *knowled
 	}
 	byAuthor := make(map[uint64]int64, len(rows))
 	for _, r := range rows {
-		byAuthor[r.AuthorID] = r.T
+		if t, ok := byAuthor[r.AuthorID]; !ok || r.T > t {
+			byAuthor[r.AuthorID] = r.T
+		}
 	}
 	k.keepHeads(chunk, byAuthor)
 	out := make([]sourceHead, 0, len(rows))
@@ -598,14 +639,29 @@ func runChunks[T any](ctx context.Context, chunks [][]PullSource, read func(ctx 
 	return out, queries, nil
 }
 
-// pullChunkOf runs one pull statement over up to pullChunk sources.
-func pullChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, limit int) ([]feed.Post, int, error) {
-	parts := make([]string, len(chunk))
-	args := make([]any, 0, 8*len(chunk))
-	for i, src := range chunk {
-		parts[i] = pullPartSQL
-		args = append(args, src.AuthorID, src.Before.PublishTime, src.Before.PublishTime, src.Before.ContentID,
-			src.From.PublishTime, src.From.PublishTime, src.From.ContentID, limit)
+// pullChunkOf returns how many of the sources one pull statement reads:
+// pullChunk parts, a part per source and kind.
+func pullChunkOf(srcs []PullSource) int {
+	if len(srcs) == 0 {
+		return pullChunk
+	}
+	return max(1, pullChunk/max(1, len(srcs[0].Kinds)))
+}
+
+// pullPostsOf runs one pull statement over a chunk of sources.
+func pullPostsOf(ctx context.Context, sh *Shard, chunk []PullSource, limit int) ([]feed.Post, int, error) {
+	var parts []string
+	args := make([]any, 0, 9*len(chunk))
+	for _, src := range chunk {
+		b, f := src.Before, src.From
+		if src.Kinds == nil {
+			parts = append(parts, pullPartSQL)
+			args = append(args, src.AuthorID, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, f.PublishTime, f.ContentID, limit)
+		}
+		for _, kind := range src.Kinds {
+			parts = append(parts, pullPartKindSQL)
+			args = append(args, src.AuthorID, kind, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, f.PublishTime, f.ContentID, limit)
+		}
 	}
 	posts, err := selectPosts(ctx, sh.pool(ctx), strings.Join(parts, " UNION ALL "), args...)
 	if err != nil {

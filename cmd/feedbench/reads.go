@@ -95,7 +95,7 @@ func (b *bench) reads(ctx context.Context) error {
 		}
 	}
 	storePager := func(ctx context.Context, s *session) (bool, error) {
-		snap, err := b.st.ReadFeed(ctx, s.user, s.key, feed.Key{}, pageLimit+1)
+		snap, err := b.st.ReadFeed(ctx, s.user, s.key, feed.Key{}, pageLimit+1, nil)
 		if err != nil || len(snap.Inbox) <= pageLimit {
 			return false, err
 		}
@@ -284,7 +284,7 @@ func (b *bench) setupReaders(ctx context.Context, inboxOnly, fewPull, manyPull [
 	// one read each leaves the measured pages those of a process that has
 	// served the readers before.
 	for _, u := range slices.Concat(fewPull, manyPull) {
-		if _, err := b.st.ReadFeed(ctx, u, store.Top, feed.Key{}, 1); err != nil {
+		if _, err := b.st.ReadFeed(ctx, u, store.Top, feed.Key{}, 1, nil); err != nil {
 			return err
 		}
 	}

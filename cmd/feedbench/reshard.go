@@ -274,7 +274,7 @@ func (b *bench) reshardLoad(ctx context.Context, st *store.Store, users []uint64
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(i), 1))
 			for ctx.Err() == nil {
-				_, err := st.ReadFeed(ctx, users[rng.IntN(len(users))], store.Top, feed.Key{}, 20)
+				_, err := st.ReadFeed(ctx, users[rng.IntN(len(users))], store.Top, feed.Key{}, 20, nil)
 				count(err, &reads)
 			}
 		})
