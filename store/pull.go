@@ -88,7 +88,7 @@ func (p *Pulled) add(o Pulled) {
 // for ctx itself ending, which fails the whole read.
 func (s *Store) PullPosts(ctx context.Context, sources []PullSource, limit int, shardTimeout time.Duration) (Pulled, error) {
 	posts, out, err := readShards(ctx, s, sources, shardTimeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]feed.Post, int, error) {
-		return runChunks(ctx, chunked(srcs, pullChunkOf(srcs)), func(ctx context.Context, chunk []PullSource) ([]feed.Post, int, error) {
+		return runChunks(ctx, chunked(srcs, pullChunkSize(srcs)), func(ctx context.Context, chunk []PullSource) ([]feed.Post, int, error) {
 			return pullPostsOf(ctx, sh, chunk, limit)
 		})
 	})
@@ -271,7 +271,7 @@ func (s *Store) pullWindows(ctx context.Context, read []sourceHead, bound feed.K
 				k.keepWindows(chunk, posts, below, low)
 				return posts, 1, nil
 			}
-			got, m, err := runChunks(ctx, chunked(chunk, pullChunkOf(chunk)), func(ctx context.Context, part []PullSource) ([]feed.Post, int, error) {
+			got, m, err := runChunks(ctx, chunked(chunk, pullChunkSize(chunk)), func(ctx context.Context, part []PullSource) ([]feed.Post, int, error) {
 				return pullPostsOf(ctx, sh, part, limit)
 			})
 			rows.Add(int64(len(got)))
@@ -639,9 +639,9 @@ func runChunks[T any](ctx context.Context, chunks [][]PullSource, read func(ctx 
 	return out, queries, nil
 }
 
-// pullChunkOf returns how many of the sources one pull statement reads:
+// pullChunkSize returns how many of the sources one pull statement reads:
 // pullChunk parts, a part per source and kind.
-func pullChunkOf(srcs []PullSource) int {
+func pullChunkSize(srcs []PullSource) int {
 	if len(srcs) == 0 {
 		return pullChunk
 	}
