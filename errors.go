@@ -17,8 +17,11 @@ const (
 	ESESSION      = "session_expired"
 	ETOOLARGE     = "payload_too_large"
 	ERATELIMITED  = "rate_limited"
-	EUNAVAILABLE  = "unavailable"
-	EINTERNAL     = "internal"
+	// ESTREAMS: a user or the process holds as many feed streams open as
+	// it may; one must close before another opens.
+	ESTREAMS     = "too_many_streams"
+	EUNAVAILABLE = "unavailable"
+	EINTERNAL    = "internal"
 )
 
 // Error is an error a client can act on: a code from the list above and a

@@ -36,8 +36,10 @@ type Options struct {
 	RateLimit float64
 	// RateLimitService limits the service token's requests too, by address.
 	RateLimitService bool
-	Log              *slog.Logger
-	Registry         *prometheus.Registry
+	// TrustedProxies may name the clients they forward (proxy.go).
+	TrustedProxies TrustedProxies
+	Log            *slog.Logger
+	Registry       *prometheus.Registry
 	// ReadDeadline and WriteDeadline bound GET/HEAD and other /v1 requests
 	// (zero: the defaults).
 	ReadDeadline, WriteDeadline time.Duration
@@ -68,6 +70,7 @@ func New(svc *service.Service, opt Options) *echo.Echo {
 	a := &api{svc: svc, log: opt.Log, readTimeout: opt.ReadDeadline, writeTimeout: opt.WriteDeadline}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
+	e.IPExtractor = opt.TrustedProxies.ipExtractor()
 	e.HTTPErrorHandler = a.handleError
 	e.Use(middleware.Recover())
 	e.Use(instrument(opt.Registry))

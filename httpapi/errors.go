@@ -21,6 +21,7 @@ var codes = map[string]int{
 	feed.ESESSION:      http.StatusGone,
 	feed.ETOOLARGE:     http.StatusRequestEntityTooLarge,
 	feed.ERATELIMITED:  http.StatusTooManyRequests,
+	feed.ESTREAMS:      http.StatusTooManyRequests,
 	feed.EUNAVAILABLE:  http.StatusServiceUnavailable,
 	feed.EINTERNAL:     http.StatusInternalServerError,
 }
@@ -76,8 +77,8 @@ func (a *api) handleError(err error, c echo.Context) {
 		code, msg = feed.ErrorCode(err), feed.ErrorMessage(err)
 		status = codes[code]
 	}
-	if status == http.StatusServiceUnavailable {
-		c.Response().Header().Set(echo.HeaderRetryAfter, "1")
+	if h := c.Response().Header(); status == http.StatusServiceUnavailable || (status == http.StatusTooManyRequests && h.Get(echo.HeaderRetryAfter) == "") {
+		h.Set(echo.HeaderRetryAfter, "1")
 	}
 	if status == http.StatusUnauthorized {
 		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="feed"`)

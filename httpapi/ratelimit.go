@@ -3,8 +3,6 @@ package httpapi
 import (
 	"container/list"
 	"math"
-	"net"
-	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -18,9 +16,10 @@ import (
 
 // The rate limit gives each client a token bucket: Options.RateLimit
 // requests a second, with a burst of twice that. A user token is one
-// client, by its user; any other caller is one client by the address its
-// connection comes from (an IPv6 address by its /64, what one host is
-// usually given), never by a header it could write itself. The service
+// client, by its user; any other caller is one client by its address (an
+// IPv6 address by its /64, what one host is usually given): its
+// connection's, or the one a trusted proxy forwards it for
+// (TrustedProxies), never one from a header it could write itself. The service
 // token is exempt unless Options.RateLimitService. The buckets are this
 // process's: behind a load balancer each instance limits on its own
 // (docs/OPERATIONS.md has the arithmetic).
@@ -153,7 +152,7 @@ func rateLimit(l *rateLimiter, limitService bool, limited prometheus.Counter) ec
 			if cl.kind == serviceCaller && !limitService {
 				return next(c)
 			}
-			key := "address " + clientAddress(c.Request().RemoteAddr)
+			key := "address " + ClientAddress(c.RealIP())
 			if cl.kind == userCaller {
 				key = "user " + strconv.FormatUint(cl.user, 10)
 			}
@@ -173,18 +172,13 @@ func rateLimit(l *rateLimiter, limitService bool, limited prometheus.Counter) ec
 	}
 }
 
-// clientAddress is the address a connection comes from: the IP of an IPv4
-// peer, the /64 of an IPv6 one.
-func clientAddress(remoteAddr string) string {
-	host, _, err := net.SplitHostPort(remoteAddr)
-	if err != nil {
-		host = remoteAddr
-	}
-	ip, err := netip.ParseAddr(host)
+// ClientAddress is the client an address (with or without port) stands
+// for: the IP of an IPv4 client, the /64 of an IPv6 one.
+func ClientAddress(remoteAddr string) string {
+	host, ip, err := parseAddress(remoteAddr)
 	if err != nil {
 		return host
 	}
-	ip = ip.Unmap().WithZone("")
 	if ip.Is6() {
 		p, _ := ip.Prefix(64) // cannot fail: 64 bits of an IPv6 address without zone
 		return p.String()

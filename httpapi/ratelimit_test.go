@@ -92,8 +92,8 @@ func TestRateLimitClientAddress(t *testing.T) {
 		"[::1]:80":                        "::/64",
 		"not an address":                  "not an address",
 	} {
-		if got := clientAddress(remote); got != want {
-			t.Errorf("clientAddress(%q) = %q, want %q", remote, got, want)
+		if got := ClientAddress(remote); got != want {
+			t.Errorf("ClientAddress(%q) = %q, want %q", remote, got, want)
 		}
 	}
 }

@@ -23,8 +23,10 @@ const streamRetryMillis = 1000
 
 // streamFeed serves the feed as Server-Sent Events: the items newer than
 // Last-Event-ID (or ?since=), oldest first, then new ones as they enter the
-// feed, each event's id its position. The server's connection deadlines
-// are lifted for it, and each write gets writeTimeout of its own.
+// feed, each event's id its position. The response starts once the stream
+// is admitted (a stream past a cap is a JSON error); the server's
+// connection deadlines are lifted for it, and each write gets writeTimeout
+// of its own.
 func (a *api) streamFeed(c echo.Context) error {
 	user, err := pathID(c, "id")
 	if err != nil {
@@ -38,38 +40,50 @@ func (a *api) streamFeed(c echo.Context) error {
 		return err
 	}
 	res := c.Response()
-	h := res.Header()
-	h.Set(echo.HeaderContentType, "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no") // nginx: pass events through at once
 	if c.Request().Method == http.MethodHead {
+		setStreamHeaders(res.Header())
 		return c.NoContent(http.StatusOK)
 	}
 	rc := http.NewResponseController(res.Writer)
-	_ = rc.SetReadDeadline(time.Time{})
-	sink := &sseSink{rc: rc, w: bufio.NewWriter(res), timeout: a.writeTimeout}
-	res.WriteHeader(http.StatusOK)
-	if err := sink.write(func(w *bufio.Writer) {
-		w.WriteString("retry: ")
-		w.WriteString(strconv.Itoa(streamRetryMillis))
-		w.WriteString("\n\n")
-	}); err != nil {
-		return nil // the client is gone
-	}
+	sink := &sseSink{res: res, rc: rc, w: bufio.NewWriter(res), timeout: a.writeTimeout}
 	err = a.svc.StreamFeed(c.Request().Context(), user, since, a.readTimeout, sink)
+	if !res.Committed {
+		return err // refused before the stream started
+	}
 	if err != nil && c.Request().Context().Err() == nil {
 		a.log.Debug("http: stream ended", "user_id", user, "error", err)
 	}
 	return nil
 }
 
+// setStreamHeaders sets the headers of a stream's response.
+func setStreamHeaders(h http.Header) {
+	h.Set(echo.HeaderContentType, "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // nginx: pass events through at once
+}
+
 // sseSink writes events to one stream's connection, flushing each, under a
 // write deadline per write.
 type sseSink struct {
+	res     *echo.Response
 	rc      *http.ResponseController
 	w       *bufio.Writer
 	timeout time.Duration
 	buf     []byte
+}
+
+// Start answers 200 with the stream's headers and the reconnection delay,
+// and lifts the connection's read deadline.
+func (s *sseSink) Start() error {
+	setStreamHeaders(s.res.Header())
+	_ = s.rc.SetReadDeadline(time.Time{})
+	s.res.WriteHeader(http.StatusOK)
+	return s.write(func(w *bufio.Writer) {
+		w.WriteString("retry: ")
+		w.WriteString(strconv.Itoa(streamRetryMillis))
+		w.WriteString("\n\n")
+	})
 }
 
 func (s *sseSink) write(fill func(*bufio.Writer)) error {

@@ -2,14 +2,17 @@ package httpapi_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"testing"
 	"time"
 
+	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/httpapi"
 	"github.com/feedhq/feed/httpapi/client"
 	"github.com/feedhq/feed/internal/wait"
+	"github.com/feedhq/feed/service"
 )
 
 // openStream opens the user's stream with the token as ?access_token=
@@ -114,5 +117,54 @@ func TestStream(t *testing.T) {
 	r := call(http.MethodHead, stream, "Bearer "+token, "")
 	if r.status != http.StatusOK || r.header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("HEAD: %d %s", r.status, r.header.Get("Content-Type"))
+	}
+}
+
+// TestStreamCaps: past the streams a user may hold open, or the process,
+// an open is 429 too_many_streams with Retry-After and starts nothing; a
+// stream that ends makes room for the next.
+func TestStreamCaps(t *testing.T) {
+	t.Parallel()
+	v := setup(t, envOpts{config: func(c *service.Config) { c.MaxStreamsPerUser, c.MaxStreams = 2, 3 }})
+	t.Cleanup(v.svc.CloseStreams)
+	c := client.New(v.srv.URL, v.token, v.srv.Client())
+	open := func(user uint64) (func(), error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		if _, err := c.StreamFeed(ctx, user, client.StreamRequest{}); err != nil {
+			cancel()
+			return nil, err
+		}
+		return cancel, nil
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Status != http.StatusTooManyRequests || ce.Code != feed.ESTREAMS || ce.RetryAfter <= 0 {
+			t.Fatalf("%s: %v, want 429 %s with Retry-After", what, err, feed.ESTREAMS)
+		}
+	}
+	a, b, other := v.id(), v.id(), v.id()
+	var hangUps []func()
+	for _, user := range []uint64{a, a, b} {
+		hangUp, err := open(user)
+		if err != nil {
+			t.Fatalf("stream of %d: %v", user, err)
+		}
+		hangUps = append(hangUps, hangUp)
+	}
+	_, err := open(a)
+	refused("a third stream of one user", err)
+	_, err = open(other)
+	refused("a fourth stream of the process", err)
+	hangUps[0]()
+	wait.For(t, "a stream's end to make room", func() error {
+		hangUp, err := open(other)
+		if err == nil {
+			hangUps = append(hangUps, hangUp)
+		}
+		return err
+	})
+	for _, hangUp := range hangUps {
+		hangUp()
 	}
 }

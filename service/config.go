@@ -40,6 +40,12 @@ const (
 	// LiveSessionTTLDefault is how long a live-feed session's snapshot
 	// serves later pages.
 	LiveSessionTTLDefault = 30 * time.Minute
+	// MaxStreamsPerUserDefault is a browser's connection limit per host:
+	// a user's tabs and devices, not a client opening streams in a loop.
+	MaxStreamsPerUserDefault = 16
+	// MaxStreamsDefault bounds one process's open streams, each about
+	// 60 KB and a descriptor.
+	MaxStreamsDefault = 10_000
 )
 
 // maxActiveDays bounds ActiveDays: the window is computed as a
@@ -112,6 +118,11 @@ type Config struct {
 	// LiveSessionTTL is how long after its first page a live-feed session
 	// serves later pages; then it is gone (410) and clean-up deletes it.
 	LiveSessionTTL time.Duration
+	// MaxStreamsPerUser caps the feed streams one user holds open in the
+	// process, and MaxStreams the process's streams of all users: past
+	// either, an open is refused (ESTREAMS).
+	MaxStreamsPerUser int
+	MaxStreams        int
 }
 
 // DefaultConfig returns the contract's defaults.
@@ -137,6 +148,9 @@ func DefaultConfig() Config {
 		SourceTimeout:  SourceTimeoutDefault,
 		LiveSessionTTL: LiveSessionTTLDefault,
 		TombstoneTTL:   TombstoneTTLDefault,
+
+		MaxStreamsPerUser: MaxStreamsPerUserDefault,
+		MaxStreams:        MaxStreamsDefault,
 	}
 }
 
@@ -177,6 +191,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("source timeout must be > 0, got %s", c.SourceTimeout)
 	case c.LiveSessionTTL <= 0:
 		return fmt.Errorf("live session ttl must be > 0, got %s", c.LiveSessionTTL)
+	case c.MaxStreamsPerUser < 1 || c.MaxStreams < c.MaxStreamsPerUser:
+		return fmt.Errorf("max streams per user must be >= 1 and max streams >= it, got %d and %d", c.MaxStreamsPerUser, c.MaxStreams)
 	}
 	return nil
 }

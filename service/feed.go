@@ -99,10 +99,8 @@ func decodePosition(s string) (feed.Key, error) {
 func (s *Service) readFeed(ctx context.Context, userID uint64, before, since feed.Key, n int, kinds []string) ([]feed.Post, *pageRead, error) {
 	from := after(since)
 	// A next page of a reader whose last page went below the inbox most
-	// likely goes there too: what that read starts from is read meanwhile
-	// (what is known of whole outboxes, which a page of some kinds does not
-	// use).
-	if before != store.Top && kinds == nil && s.store.ReadsDeep(userID) {
+	// likely goes there too: what that read starts from is read meanwhile.
+	if before != store.Top && s.store.ReadsDeep(userID) {
 		ctx = s.store.LearnAhead(ctx, s.store.Shards(), s.cfg.SourceTimeout)
 	}
 	snap, err := s.store.ReadFeed(ctx, userID, before, from, n, kinds)
@@ -171,9 +169,7 @@ func after(k feed.Key) feed.Key {
 func (s *Service) deepScroll(ctx context.Context, rd *pageRead, userID uint64, before, from feed.Key, limit int, kinds []string) ([]feed.Post, error) {
 	// What the outbox reads start from is read meanwhile, from every
 	// database this page has not found failed.
-	if kinds == nil {
-		ctx = s.store.LearnAhead(ctx, slices.DeleteFunc(slices.Clone(s.store.Shards()), func(sh *store.Shard) bool { return rd.failed[sh] }), s.cfg.SourceTimeout)
-	}
+	ctx = s.store.LearnAhead(ctx, slices.DeleteFunc(slices.Clone(s.store.Shards()), func(sh *store.Shard) bool { return rd.failed[sh] }), s.cfg.SourceTimeout)
 	authors, bounds, read, err := s.store.FollowedAuthors(ctx, userID, rd.follows)
 	if err != nil {
 		return nil, err

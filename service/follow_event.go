@@ -12,15 +12,18 @@ import (
 	"github.com/feedhq/feed/store"
 )
 
-// followEventBatch bounds the events one round claims: the round must end
-// well within the claims' lease, or other workers take the events up
-// again. backfillChunk bounds the users whose events one step applies, their
-// backfills merged (one transaction, their authors' posts read once): the
-// follows of a batch apply as a few transactions, and a crash loses at most
-// a step. On a slow database the loop's stepSize lowers the step, and the
-// round's claim in proportion. Each shard runs Config.Workers follow loops,
-// which claim apart. The steps of a round copy from one read of each
-// author's newest posts, holding up to roundSourceBound posts.
+// followEventBatch bounds the events one round claims. backfillChunk bounds
+// the users whose events one step applies, their backfills merged (one
+// transaction, their authors' posts read once): the follows of a batch apply
+// as a few transactions, and a crash loses at most a step. A round starts
+// no step once half the claims' lease has passed, and each step ends by the
+// lease's end: the events it has not applied go back for any worker, so a
+// round never runs on into claims another worker has taken up again (work
+// whose finish its claim token would refuse). On a slow database the loop's
+// stepSize lowers the step, and the round's claim in proportion. Each shard
+// runs Config.Workers follow loops, which claim apart. The steps of a round
+// copy from one read of each author's newest posts, holding up to
+// roundSourceBound posts.
 const (
 	followEventBatch = 4096
 	backfillChunk    = 64
@@ -36,6 +39,7 @@ const (
 // transaction (store.BackfillMany). An event that changed meanwhile runs
 // again; one that failed or was not started before a stop is released.
 func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard, size *stepSize) (int, error) {
+	claimed := time.Now()
 	now, until := s.lease()
 	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, max(followEventBatch*size.n/size.max, 1), rand.Uint64())
 	if err != nil {
@@ -49,40 +53,51 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard, 
 	if len(evs) == 0 {
 		return 0, nil
 	}
-	edges, modes, failed, err := s.addFollowers(ctx, work, sh, evs)
+	edges, modes, failed, err := s.addFollowers(ctx, work, sh, evs, claimed.Add(s.cfg.Lease))
 	if err != nil {
-		s.releaseFollowEvents(work, evs)
+		s.releaseFollowEvents(work, sh, evs)
 		return len(evs), err
 	}
 	var firstErr error
-	var ready []store.FollowEvent
+	var ready, unready []store.FollowEvent
 	for _, ev := range evs {
 		if err := failed[ev.AuthorID]; err != nil {
-			s.releaseFollowEvents(work, []store.FollowEvent{ev})
+			unready = append(unready, ev)
 			firstErr = cmp.Or(firstErr, err)
 		} else {
 			ready = append(ready, ev)
 		}
 	}
-	firstErr = cmp.Or(firstErr, s.applyBackfills(ctx, work, sh, ready, edges, modes, size))
+	s.releaseFollowEvents(work, sh, unready)
+	firstErr = cmp.Or(firstErr, s.applyBackfills(ctx, work, sh, ready, edges, modes, size, claimed))
 	if ctx.Err() != nil {
 		return len(evs), nil // stopping, not failing
 	}
 	return len(evs), firstErr
 }
 
-// applyBackfills backfills the live follows of the events and finishes
-// them, size.n users a step (their backfills merged), so a stop or a crash
-// leaves the steps done finished. A step that fails has its events
-// released.
-func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow, modes map[uint64]int, size *stepSize) error {
+// applyBackfills backfills the live follows of the events, claimed at
+// claimed, and finishes them, size.n users a step (their backfills merged),
+// so a stop or a crash leaves the steps done finished. A step that fails
+// has its events released, and so have the steps not started when half the
+// lease has passed; each step ends by the lease's end.
+func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, edges map[[2]uint64]feed.Follow, modes map[uint64]int, size *stepSize, claimed time.Time) error {
+	due, end := s.stepDue(claimed), claimed.Add(s.cfg.Lease)
 	src := store.NewCopySource(s.cfg.InboxLimit, roundSourceBound)
 	byUser := map[uint64][]store.FollowEvent{}
 	for _, ev := range evs {
 		byUser[ev.UserID] = append(byUser[ev.UserID], ev)
 	}
 	var firstErr error
-	for left := slices.Sorted(maps.Keys(byUser)); len(left) > 0; {
+	for left, steps := slices.Sorted(maps.Keys(byUser)), 0; len(left) > 0; steps++ {
+		if steps > 0 && time.Now().After(due) {
+			var rest []store.FollowEvent
+			for _, u := range left {
+				rest = append(rest, byUser[u]...)
+			}
+			s.releaseFollowEvents(work, sh, rest)
+			break
+		}
 		users := left[:min(size.n, len(left))]
 		left = left[len(users):]
 		var part []store.FollowEvent
@@ -98,7 +113,7 @@ func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs
 		err := ctx.Err()
 		if err == nil {
 			start := time.Now()
-			bctx, cancel := s.stepContext(work)
+			bctx, cancel := context.WithDeadline(work, end)
 			if len(pairs) > 0 {
 				err = s.backfill(bctx, sh, pairs, src)
 			}
@@ -109,7 +124,7 @@ func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs
 			cancel()
 		}
 		if err != nil {
-			s.releaseFollowEvents(work, part)
+			s.releaseFollowEvents(work, sh, part)
 			firstErr = cmp.Or(firstErr, err)
 			continue
 		}
@@ -119,13 +134,14 @@ func (s *Service) applyBackfills(ctx, work context.Context, sh *store.Shard, evs
 }
 
 // addFollowers reads the edges of the events' pairs and adds the followers
-// rows of the live ones, as one step: it returns the edges, the authors'
-// modes, and the errors of authors whose database failed.
-func (s *Service) addFollowers(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent) (map[[2]uint64]feed.Follow, map[uint64]int, map[uint64]error, error) {
+// rows of the live ones, as one step ending by end (the claims' lease): it
+// returns the edges, the authors' modes, and the errors of authors whose
+// database failed.
+func (s *Service) addFollowers(ctx, work context.Context, sh *store.Shard, evs []store.FollowEvent, end time.Time) (map[[2]uint64]feed.Follow, map[uint64]int, map[uint64]error, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, nil, err
 	}
-	bctx, cancel := s.stepContext(work)
+	bctx, cancel := context.WithDeadline(work, end)
 	defer cancel()
 	edges, err := s.store.FollowEdges(bctx, sh, evs)
 	if err != nil {
@@ -145,13 +161,14 @@ func (s *Service) addFollowers(ctx, work context.Context, sh *store.Shard, evs [
 	return edges, modes, failed, nil
 }
 
-// releaseFollowEvents gives events back for any worker to retry.
-func (s *Service) releaseFollowEvents(work context.Context, evs []store.FollowEvent) {
+// releaseFollowEvents gives events of sh back for any worker to retry.
+func (s *Service) releaseFollowEvents(work context.Context, sh *store.Shard, evs []store.FollowEvent) {
+	if len(evs) == 0 {
+		return
+	}
 	rctx, cancel := releaseCtx(work)
 	defer cancel()
-	for _, ev := range evs {
-		s.released("follow event", s.store.ReleaseFollowEvent(rctx, ev))
-	}
+	s.released("follow events", s.store.ReleaseFollowEvents(rctx, sh, evs))
 }
 
 // backfill copies the pairs' replays, then their posts (from src): reads

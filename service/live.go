@@ -196,12 +196,13 @@ func (s *Service) firstLivePage(ctx context.Context, viewerID uint64, limit int)
 	slices.SortFunc(snap, compareLive)
 	now := s.now()
 	id := rand.Uint64() | 1
-	cleaned, err := s.store.CreateLiveSession(store.WithClass(ctx, store.Writes), viewerID, id,
+	dropped, cleaned, err := s.store.CreateLiveSession(store.WithClass(ctx, store.Writes), viewerID, id,
 		now.Add(s.cfg.LiveSessionTTL).UnixMilli(), encodeSnapshot(snap), now.UnixMilli())
 	if err != nil {
 		return feed.LivePage{}, err
 	}
 	s.metrics.live.sessions.Inc()
+	s.metrics.live.dropped.Add(float64(dropped))
 	s.metrics.live.cleaned.Add(float64(cleaned))
 	s.metrics.live.snapshotStreams.Observe(float64(len(snap)))
 	items := make([]liveItem, 0, min(len(snap), limit+1))
@@ -448,10 +449,11 @@ func decodeLiveCursor(c string) (pos feed.Key, inReplays bool, err error) {
 	return pos, false, err
 }
 
-// liveMetrics count sessions and what their clean-up removes: created
-// minus cleaned bounds the rows live_sessions holds.
+// liveMetrics count sessions and what removes them: created minus dropped
+// and cleaned bounds the rows live_sessions holds.
 type liveMetrics struct {
 	sessions        prometheus.Counter
+	dropped         prometheus.Counter
 	cleaned         prometheus.Counter
 	snapshotStreams prometheus.Histogram
 	replaysTrimmed  prometheus.Counter
@@ -461,6 +463,8 @@ func newLiveMetrics(reg prometheus.Registerer) *liveMetrics {
 	m := &liveMetrics{
 		sessions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "feed_live_sessions_created_total", Help: "Live-feed sessions created (first pages)."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "feed_live_sessions_dropped_total", Help: "Live-feed sessions dropped as their viewer's oldest past the most a viewer keeps."}),
 		cleaned: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "feed_live_sessions_cleaned_total", Help: "Expired live-feed sessions deleted by the clean-up new sessions run."}),
 		snapshotStreams: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -469,6 +473,6 @@ func newLiveMetrics(reg prometheus.Registerer) *liveMetrics {
 		replaysTrimmed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "feed_replays_trimmed_rows_total", Help: "Replays-list rows removed by retention."}),
 	}
-	reg.MustRegister(m.sessions, m.cleaned, m.snapshotStreams, m.replaysTrimmed)
+	reg.MustRegister(m.sessions, m.dropped, m.cleaned, m.snapshotStreams, m.replaysTrimmed)
 	return m
 }

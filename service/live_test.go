@@ -13,6 +13,7 @@ import (
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/service"
+	"github.com/feedhq/feed/store"
 )
 
 // liveKit drives the stream routes' service calls and reads live pages.
@@ -287,6 +288,42 @@ func TestLiveSessionExpiry(t *testing.T) {
 	// Two first pages are two sessions.
 	if a, b := k.page(1, 1, "", ""), k.page(1, 1, "", ""); a.Session == b.Session {
 		t.Fatal("two first pages share a session")
+	}
+}
+
+// TestLiveSessionsPerViewer: a viewer keeps its newest store.MaxLiveSessions
+// sessions; a first page past them drops the oldest, whose next page is
+// 410, while the others page on and another viewer's sessions stay.
+func TestLiveSessionsPerViewer(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	h := newHarness(t, harnessOpts{noWorkers: true, now: func() time.Time { return time.UnixMilli(clock.Load()) }})
+	k := liveKit{t, h}
+	k.create(9, 90, 1000)
+	k.create(9, 91, 2000)
+	k.follow(1, 9)
+	k.follow(2, 9)
+	other := k.page(2, 1, "", "")
+	var firsts []feed.LivePage
+	for range store.MaxLiveSessions + 2 {
+		clock.Add(1) // sessions of one viewer are ordered by their times
+		firsts = append(firsts, k.page(1, 1, "", ""))
+	}
+	for i, first := range firsts {
+		_, err := h.svc.LivePage(context.Background(), 1, feed.Page{Limit: 1, Cursor: first.Next}, first.Session)
+		if dropped := i < 2; dropped != (feed.ErrorCode(err) == feed.ESESSION) || (!dropped && err != nil) {
+			t.Errorf("next page of first page %d: %v (dropped: %v)", i, err, dropped)
+		}
+	}
+	if got := k.page(2, 1, other.Session, other.Next); show(got.Items) != "91:preview" {
+		t.Errorf("another viewer's session: %s", show(got.Items))
+	}
+	if rows := countRows(t, h, "live_sessions"); rows != store.MaxLiveSessions+1 {
+		t.Errorf("%d sessions kept, want %d of the viewer and 1 of the other", rows, store.MaxLiveSessions)
+	}
+	if n := counterSum(t, h.reg, "feed_live_sessions_dropped_total"); n != 2 {
+		t.Errorf("feed_live_sessions_dropped_total = %v, want 2", n)
 	}
 }
 

@@ -23,8 +23,10 @@ type Metrics struct {
 	feedQueries     prometheus.Histogram
 	feedRows        prometheus.Histogram
 	shardUp         *prometheus.GaugeVec
-	// Streams: open now, events sent, statements their watchers ran.
+	// Streams: open now, opens refused (by the cap hit: user, process),
+	// events sent, statements their watchers ran.
 	streamsOpen        prometheus.Gauge
+	streamsRefused     *prometheus.CounterVec
 	streamEvents       prometheus.Counter
 	streamWatchQueries prometheus.Counter
 	live               *liveMetrics
@@ -71,6 +73,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			[]string{"database"}),
 		streamsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "feed_streams_open", Help: "Feed streams open in this process."}),
+		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "feed_streams_refused_total", Help: "Feed stream opens refused at a cap, by cap (user, process)."}, []string{"cap"}),
 		streamEvents: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "feed_stream_events_total", Help: "Items sent on feed streams."}),
 		streamWatchQueries: prometheus.NewCounter(prometheus.CounterOpts{
@@ -81,7 +85,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.postsPublished, m.inboxRows, m.batchSeconds, m.deliverySeconds, m.deliveries, m.followEvents,
 		m.backfillRows, m.trimmedRows, m.purgedPosts, m.workerErrors, m.feedPullAuthors, m.feedQueries, m.feedRows, m.shardUp,
-		m.streamsOpen, m.streamEvents, m.streamWatchQueries)
+		m.streamsOpen, m.streamsRefused, m.streamEvents, m.streamWatchQueries)
 	return m
 }
 

@@ -89,7 +89,7 @@ func (s *Service) runMoves(ctx, work context.Context, sh *store.Shard, size *ste
 		phase := job.Phase
 		start := time.Now()
 		bctx, cancel := s.stepContext(work)
-		moved, err := s.moveBatch(bctx, job, size.n)
+		moved, err := s.moveBatch(bctx, work, job, size.n, s.stepDue(start))
 		size.ran(bctx.Err() != nil && work.Err() == nil, time.Since(start), s.cfg.Lease)
 		cancel()
 		if errors.Is(err, store.ErrLostClaim) {
@@ -118,9 +118,10 @@ func (s *Service) runMoves(ctx, work context.Context, sh *store.Shard, size *ste
 	return 1, s.store.ReleaseMove(rctx, job)
 }
 
-// moveBatch runs the next batch of the job's phase, of up to size items,
-// and records it; it returns the items moved.
-func (s *Service) moveBatch(ctx context.Context, job *store.MoveJob, size int) (int64, error) {
+// moveBatch runs the next batch of the job's phase in ctx, of up to size
+// items, starting none after due, and records it; it returns the items
+// moved.
+func (s *Service) moveBatch(ctx, work context.Context, job *store.MoveJob, size int, due time.Time) (int64, error) {
 	now, until := s.lease()
 	step := store.MoveStep{LeaseUntil: until, Now: now}
 	switch job.Phase {
@@ -129,15 +130,17 @@ func (s *Service) moveBatch(ctx context.Context, job *store.MoveJob, size int) (
 		if err != nil {
 			return 0, err
 		}
-		moved, err := s.moveItems(ctx, job, items, &step)
+		done, moved, err := s.moveItems(ctx, job, items, &step, due)
 		if err != nil {
 			return 0, err
 		}
-		step.Next = len(items) < size
-		if len(items) > 0 {
-			step.After = items[len(items)-1].AuthorID
+		step.Next = done == len(items) && len(items) < size
+		if done > 0 {
+			step.After = items[done-1].AuthorID
 		}
-		return step.Moved, s.store.FinishMoveItems(ctx, job, moved, step)
+		rctx, cancel := s.recordContext(work, &step)
+		defer cancel()
+		return step.Moved, s.store.FinishMoveItems(rctx, job, moved, step)
 	case store.MovePhaseMarker:
 		m, ok, err := s.store.GetMarker(ctx, job.From)
 		if err != nil {
@@ -150,25 +153,42 @@ func (s *Service) moveBatch(ctx context.Context, job *store.MoveJob, size int) (
 			step.Moved = 1
 		}
 		step.Next = true
-		return step.Moved, s.store.FinishMoveMarker(ctx, job, step)
+		rctx, cancel := s.recordContext(work, &step)
+		defer cancel()
+		return step.Moved, s.store.FinishMoveMarker(rctx, job, step)
 	default:
-		return s.repointBatch(ctx, job, step, size)
+		return s.repointBatch(ctx, work, job, step, size, due)
 	}
 }
 
+// recordContext returns the context to record a move's step in, and gives
+// the step a lease from now. The record is guarded by the claim's token,
+// not by the lease's time, so it gets a deadline of its own rather than
+// what the step's items left of theirs: items that outran their lease are
+// still recorded unless another worker claimed the move meanwhile (and
+// redid them, as every item is idempotent).
+func (s *Service) recordContext(work context.Context, step *store.MoveStep) (context.Context, context.CancelFunc) {
+	_, step.LeaseUntil = s.lease()
+	return s.stepContext(work)
+}
+
 // moveItems gives the new id the follows, mutes and hides of items, the
-// old id's own rows, and returns the batch's progress with the authors
-// moved. The items go one by one, in author order, so the new id's caps
-// keep the first ones: their writes all wait for the new id's header row
-// anyway. Every write is idempotent, so a batch run again after a crash
-// redoes nothing.
-func (s *Service) moveItems(ctx context.Context, job *store.MoveJob, items []store.MoveItem, step *store.MoveStep) ([]uint64, error) {
+// old id's own rows, and returns how many of the items it handled (at
+// least one, none started after due) and the batch's progress with the
+// authors moved. The items go one by one, in author order, so the new id's
+// caps keep the first ones: their writes all wait for the new id's header
+// row anyway. Every write is idempotent, so a batch run again after a
+// crash redoes nothing.
+func (s *Service) moveItems(ctx context.Context, job *store.MoveJob, items []store.MoveItem, step *store.MoveStep, due time.Time) (int, []uint64, error) {
 	now := s.now().UnixMilli()
 	var moved []uint64
-	for _, it := range items {
+	for i, it := range items {
+		if i > 0 && time.Now().After(due) {
+			return i, moved, nil
+		}
 		o, err := s.moveItem(ctx, job.To, it, now)
 		if err != nil {
-			return nil, err
+			return 0, nil, err
 		}
 		switch o {
 		case itemMoved:
@@ -186,7 +206,7 @@ func (s *Service) moveItems(ctx context.Context, job *store.MoveJob, items []sto
 			}
 		}
 	}
-	return moved, nil
+	return len(items), moved, nil
 }
 
 // itemOutcome is what became of one of the old id's rows.
@@ -245,8 +265,8 @@ func capped(err error) (itemOutcome, error) {
 // and follows made before the move may still wait for theirs), so a pass
 // that found rows is followed by another once a poll interval has passed,
 // and the phase ends with a pass that finds none, no event about the old
-// id pending.
-func (s *Service) repointBatch(ctx context.Context, job *store.MoveJob, step store.MoveStep, size int) (int64, error) {
+// id pending. No reader is started after due.
+func (s *Service) repointBatch(ctx, work context.Context, job *store.MoveJob, step store.MoveStep, size int, due time.Time) (int64, error) {
 	users, err := s.moveReaders(ctx, job, size)
 	if err != nil {
 		return 0, err
@@ -261,10 +281,12 @@ func (s *Service) repointBatch(ctx context.Context, job *store.MoveJob, step sto
 		step.Next = job.PassRows == 0 && !pending
 		step.Repass = !step.Next
 		step.RetryAt = s.now().Add(s.cfg.PollInterval).UnixMilli()
-		return 0, s.store.AdvanceMove(ctx, job, step)
+		rctx, cancel := s.recordContext(work, &step)
+		defer cancel()
+		return 0, s.store.AdvanceMove(rctx, job, step)
 	}
 	var hides, follows atomic.Int64
-	err = each(users, s.cfg.Workers, func(u uint64) error {
+	started, err := eachBefore(users, s.cfg.Workers, due, func(u uint64) error {
 		r, err := s.store.Repoint(ctx, u, job.From, job.To, step.Now)
 		if r.Hidden {
 			hides.Add(1)
@@ -278,13 +300,15 @@ func (s *Service) repointBatch(ctx context.Context, job *store.MoveJob, step sto
 		return 0, err
 	}
 	s.wake.notify(followQueue) // follow events to apply
-	step.After, step.Found = users[len(users)-1], int64(len(users))
+	step.After, step.Found = users[started-1], int64(started)
 	if job.Phase == store.MovePhaseHides {
 		step.Moved, step.PairMoved = hides.Load(), follows.Load()
 	} else {
 		step.Moved = follows.Load()
 	}
-	return step.Moved, s.store.AdvanceMove(ctx, job, step)
+	rctx, cancel := s.recordContext(work, &step)
+	defer cancel()
+	return step.Moved, s.store.AdvanceMove(rctx, job, step)
 }
 
 // moveReaders returns the next page (of up to size) of the old id's list

@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,14 +27,7 @@ import (
 // FEED_SOAK_ROUNDS sets the rounds (make soak runs many).
 func TestSoak(t *testing.T) {
 	t.Parallel()
-	rounds := 4
-	if v := os.Getenv("FEED_SOAK_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 2 {
-			t.Fatalf("FEED_SOAK_ROUNDS=%q: want a count of rounds >= 2", v)
-		}
-		rounds = n
-	}
+	rounds := storetest.SoakRounds(t, 4)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 	h := newHarness(t, harnessOpts{shards: 2, now: now, configured: func(c *service.Config) {

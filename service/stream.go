@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -19,9 +20,24 @@ const (
 	streamKeepalive = 10 * time.Second
 )
 
-// StreamSink is where a stream writes: events, oldest first, and
-// keepalives. An error from either ends the stream (the client is gone).
+// streamWatchBudget bounds the statements a watcher runs a second: after a
+// poll of n statements the next waits n/streamWatchBudget seconds when that
+// is longer than streamPoll. Up to 50 statements a poll (3,200 watched
+// users and pull authors of the database) nothing changes; past that the
+// database work of the watchers stays flat as streams grow, and what grows
+// is the delay before a change is seen.
+const streamWatchBudget = 200
+
+// pollWait is how long a watcher waits after a poll of n statements.
+func pollWait(n int) time.Duration {
+	return max(streamPoll, time.Duration(n)*time.Second/streamWatchBudget)
+}
+
+// StreamSink is where a stream writes: its start, once the stream is
+// admitted and before anything else, then events, oldest first, and
+// keepalives. An error from any ends the stream (the client is gone).
 type StreamSink interface {
+	Start() error
 	Item(p feed.Post, position string) error
 	Keepalive() error
 }
@@ -42,6 +58,7 @@ type streams struct {
 	// merge each pull author's outbox.
 	byUser map[uint64][]*subscription
 	pulls  map[uint64][]*subscription
+	open   int // the subscriptions of byUser
 	// closed ends every stream (CloseStreams); start runs the watchers
 	// with the first stream, stop ends them.
 	closed    chan struct{}
@@ -61,19 +78,34 @@ func newStreams(svc *Service) *streams {
 	return &streams{svc: svc, byUser: map[uint64][]*subscription{}, pulls: map[uint64][]*subscription{}, closed: make(chan struct{})}
 }
 
-func (h *streams) subscribe(user uint64) *subscription {
+// subscribe admits a stream of user, unless the user or the process holds
+// as many open as the caps allow.
+//
+// Returns ESTREAMS at a cap.
+func (h *streams) subscribe(user uint64) (*subscription, error) {
 	h.startOnce.Do(h.start)
-	sub := &subscription{user: user, wake: make(chan struct{}, 1)}
+	cfg := h.svc.cfg
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case len(h.byUser[user]) >= cfg.MaxStreamsPerUser:
+		h.svc.metrics.streamsRefused.WithLabelValues("user").Inc()
+		return nil, feed.Errorf(feed.ESTREAMS, "user %d holds %d feed streams open, the most a user may: close one first", user, cfg.MaxStreamsPerUser)
+	case h.open >= cfg.MaxStreams:
+		h.svc.metrics.streamsRefused.WithLabelValues("process").Inc()
+		return nil, feed.Errorf(feed.ESTREAMS, "this instance holds %d feed streams open, its most: retry later", cfg.MaxStreams)
+	}
+	sub := &subscription{user: user, wake: make(chan struct{}, 1)}
 	h.byUser[user] = append(h.byUser[user], sub)
-	h.mu.Unlock()
+	h.open++
 	h.svc.metrics.streamsOpen.Inc()
-	return sub
+	return sub, nil
 }
 
 func (h *streams) unsubscribe(sub *subscription) {
 	h.mu.Lock()
 	remove(h.byUser, sub.user, sub)
+	h.open--
 	h.setPulls(sub, nil)
 	h.mu.Unlock()
 	h.svc.metrics.streamsOpen.Dec()
@@ -173,17 +205,18 @@ func (h *streams) wakeAll(users, authors []uint64) {
 // may have started after the last poll).
 func (h *streams) watch(ctx context.Context, sh *store.Shard) {
 	tops, heads := map[uint64]feed.Key{}, map[uint64]feed.Key{}
-	tick := time.NewTicker(streamPoll)
-	defer tick.Stop()
+	timer := time.NewTimer(streamPoll)
+	defer timer.Stop()
 	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-timer.C:
 		}
 		users, authors := h.watched(sh)
-		err := h.poll(ctx, users, authors, tops, heads)
+		n, err := h.poll(ctx, users, authors, tops, heads)
+		timer.Reset(pollWait(n))
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return
@@ -197,14 +230,17 @@ func (h *streams) watch(ctx context.Context, sh *store.Shard) {
 }
 
 // poll runs one round of a watcher: reads the keys, wakes the streams
-// whose keys changed and forgets users and authors no longer watched.
-func (h *streams) poll(ctx context.Context, users, authors []uint64, tops, heads map[uint64]feed.Key) error {
+// whose keys changed and forgets users and authors no longer watched. It
+// returns the statements it ran.
+func (h *streams) poll(ctx context.Context, users, authors []uint64, tops, heads map[uint64]feed.Key) (int, error) {
 	var changedUsers, changedAuthors []uint64
+	statements := 0
 	if len(users) > 0 {
 		got, n, err := h.svc.store.InboxTops(ctx, users)
 		h.svc.metrics.streamWatchQueries.Add(float64(n))
+		statements += n
 		if err != nil {
-			return err
+			return statements, err
 		}
 		changedUsers = changed(tops, users, got)
 	}
@@ -215,11 +251,12 @@ func (h *streams) poll(ctx context.Context, users, authors []uint64, tops, heads
 		}
 		p, err := h.svc.store.PullPosts(ctx, srcs, 1, 0)
 		h.svc.metrics.streamWatchQueries.Add(float64(p.Queries))
+		statements += p.Queries
 		if err == nil {
 			err = p.Err
 		}
 		if err != nil {
-			return err
+			return statements, err
 		}
 		got := make(map[uint64]feed.Key, len(p.Posts))
 		for _, post := range p.Posts {
@@ -228,7 +265,7 @@ func (h *streams) poll(ctx context.Context, users, authors []uint64, tops, heads
 		changedAuthors = changed(heads, authors, got)
 	}
 	h.wakeAll(changedUsers, changedAuthors)
-	return nil
+	return statements, nil
 }
 
 // changed updates last with got for the watched ids (an absent id has the
@@ -274,18 +311,28 @@ func (s *Service) CloseStreams() { s.streams.close() }
 // closes its streams (nil). Each sent item's position is its event id, so a
 // client resumes from the last id it got. Every read of the feed runs
 // within readTimeout; a read that fails or leaves out an unreachable
-// database's authors sends nothing and is tried again a second later, so
-// no item is skipped.
+// database's authors sends nothing and is tried again a second later from
+// the last item sent, so no item is skipped.
 //
-// Returns EINVALID for a malformed since before anything is sent.
+// A user holds at most Config.MaxStreamsPerUser streams open in a process,
+// and a process Config.MaxStreams.
+//
+// Returns EINVALID for a malformed since, ESTREAMS at a cap, before sink's
+// Start.
 func (s *Service) StreamFeed(ctx context.Context, userID uint64, since string, readTimeout time.Duration, sink StreamSink) error {
 	pos, err := decodePosition(since)
 	if err != nil {
 		return err
 	}
 	ctx = store.WithClass(ctx, store.Reads)
-	sub := s.streams.subscribe(userID)
+	sub, err := s.streams.subscribe(userID)
+	if err != nil {
+		return err
+	}
 	defer s.streams.unsubscribe(sub)
+	if err := sink.Start(); err != nil {
+		return err
+	}
 	keepalive := time.NewTicker(streamKeepalive)
 	defer keepalive.Stop()
 	retry := time.NewTimer(0) // the first catch-up runs at once
@@ -305,27 +352,21 @@ func (s *Service) StreamFeed(ctx context.Context, userID uint64, since string, r
 		case <-sub.wake:
 		case <-retry.C:
 		}
-		var gap []feed.Post
 		if fromTop {
 			pos, err = s.readTop(ctx, sub, readTimeout)
 			fromTop = err != nil
 		} else {
-			gap, err = s.readGap(ctx, sub, pos, readTimeout)
+			pos, err = s.sendGap(ctx, sub, pos, readTimeout, sink)
 		}
+		var gone sinkError
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return ctx.Err()
+		case errors.As(err, &gone):
+			return gone.err
 		case err != nil:
 			s.log.Debug("stream: read failed, retrying", "user_id", userID, "error", err)
 			retry.Reset(streamRetry)
-			continue
-		}
-		for _, p := range slices.Backward(gap) {
-			if err := sink.Item(p, encodeCursor(cursorFeed, p.Key())); err != nil {
-				return err
-			}
-			pos = p.Key()
-			s.metrics.streamEvents.Inc()
 		}
 	}
 }
@@ -360,28 +401,131 @@ func (s *Service) readFeedWithin(ctx context.Context, sub *subscription, before,
 	return items, nil
 }
 
-// streamPage is how many items one read of a catch-up takes.
+// streamPage is how many items one window of a catch-up holds at most.
 const streamPage = feed.MaxPageLimit
 
-// readGap returns every item newer than pos, newest first, read a page at a
-// time, each within readTimeout. The whole gap is read before anything is
-// sent, so a read that fails sends nothing and the next attempt starts
-// from the same position.
-func (s *Service) readGap(ctx context.Context, sub *subscription, pos feed.Key, readTimeout time.Duration) ([]feed.Post, error) {
-	var gap []feed.Post
-	before := store.Top
+// A catch-up sends the items above the stream's position oldest first, a
+// window at a time: the oldest items above the position, at most
+// streamPage of them, read newest first as any page is, then sent in
+// reverse. Memory holds one window whatever the gap, and the first event
+// follows a few reads. A window is found by probing times between the
+// position and one known to hold more than streamPage items above it, each
+// probe a read of at most streamPage+1 items: a probe that holds too few
+// moves the next by the density it read, one that holds too many halves the
+// range or drops below the oldest item it read, and a window of half a page
+// or more ends the search. The next window's first probe spans what the
+// last one did, scaled to its count, so a gap of even density takes about
+// two reads a window (the check whether the rest fits in one, and the
+// window). Where more than a page shares one millisecond, the search steps
+// down through it a read of a page at a time.
+
+// sinkError is a write to a stream's sink that failed: the client is gone.
+type sinkError struct{ err error }
+
+func (e sinkError) Error() string { return e.err.Error() }
+
+// sendGap sends every item above pos to sink, oldest first, and returns
+// the position of the last item sent (pos when none was): on an error,
+// what was sent stays sent and the next attempt resumes after it. A
+// failed write to the sink is a sinkError.
+func (s *Service) sendGap(ctx context.Context, sub *subscription, pos feed.Key, readTimeout time.Duration, sink StreamSink) (feed.Key, error) {
+	var span int64 // the time the last window spanned
 	for {
-		items, err := s.readFeedWithin(ctx, sub, before, pos, streamPage+1, readTimeout)
+		items, more, err := s.gapWindow(ctx, sub, pos, &span, readTimeout)
 		if err != nil {
-			return nil, err
+			return pos, err
 		}
-		more := len(items) > streamPage
-		items = items[:min(len(items), streamPage)]
-		gap = append(gap, items...)
+		for _, p := range slices.Backward(items) {
+			if err := sink.Item(p, encodeCursor(cursorFeed, p.Key())); err != nil {
+				return pos, sinkError{err}
+			}
+			pos = p.Key()
+			s.metrics.streamEvents.Inc()
+		}
 		if !more {
-			break
+			return pos, nil
 		}
-		before = items[len(items)-1].Key()
 	}
-	return gap, nil
+}
+
+// gapWindow returns the oldest items above pos, newest first, at most
+// streamPage of them, and whether more may lie above them: none with more
+// only when items went away during the search, which the caller runs
+// again. span is the time the previous window spanned, scaled to
+// windowTarget items, and is set to this one's.
+func (s *Service) gapWindow(ctx context.Context, sub *subscription, pos feed.Key, span *int64, readTimeout time.Duration) ([]feed.Post, bool, error) {
+	read := func(before feed.Key) ([]feed.Post, error) {
+		return s.readFeedWithin(ctx, sub, before, pos, streamPage+1, readTimeout)
+	}
+	items, err := read(store.Top)
+	if err != nil || len(items) <= streamPage {
+		return items, false, err
+	}
+	// Times t with (pos, t) holding at most streamPage items (good) and
+	// more (bad). No item is older than time 0, so the search starts there
+	// at the earliest, and its products stay within int64.
+	base := max(pos.PublishTime, -1)
+	good, bad := base, items[0].PublishTime+1
+	// The first probe spans what the last window did, scaled to hold
+	// windowTarget items, or at the first window a time the gap's newest
+	// items suggest.
+	t := base + *span
+	if *span == 0 {
+		t = base + max((items[0].PublishTime-items[streamPage].PublishTime)*windowTarget/streamPage, 1)
+	}
+	for bad-good > 1 {
+		t = min(max(t, good+1), bad-1)
+		got, err := read(feed.Key{PublishTime: t})
+		switch n := len(got); {
+		case err != nil:
+			return nil, false, err
+		case n >= streamPage/2 && n <= streamPage:
+			return window(got, base, span)
+		case n > streamPage:
+			// Below the oldest item read, or half way down, whichever is
+			// lower; a page all at one millisecond bounds the search there.
+			oldest := got[streamPage].PublishTime
+			bad, t = t, min(good+(t-good)/2, oldest)
+			if got[0].PublishTime == oldest && oldest+1 < bad {
+				bad = oldest + 1
+			}
+		case n == 0:
+			good, t = t, base+2*(t-base)
+		default: // interpolated from the density below t
+			good, t = t, base+(t-base)*windowTarget/int64(n)
+		}
+		if t >= bad { // an interpolation past the bound: bisect
+			t = good + (bad-good)/2
+		}
+	}
+	// More than a page lies within the millisecond at good (or at pos):
+	// step down from bad by the oldest item each read returns, until a
+	// read holds the rest.
+	var last []feed.Post
+	for before := (feed.Key{PublishTime: bad}); ; {
+		got, err := read(before)
+		switch {
+		case err != nil:
+			return nil, false, err
+		case len(got) == 0 && last == nil:
+			return nil, true, nil // deleted meanwhile: the next search starts again
+		case len(got) == 0:
+			return window(last[1:], base, span) // the window below last[0] held exactly last[1:]
+		case len(got) <= streamPage:
+			return window(got, base, span)
+		}
+		last, before = got, got[streamPage].Key()
+	}
+}
+
+// windowTarget is how many items a catch-up's probes aim a window at.
+const windowTarget = 3 * streamPage / 4
+
+// window ends gapWindow with items, recording the time above base they
+// span, scaled to what would hold windowTarget items.
+func window(items []feed.Post, base int64, span *int64) ([]feed.Post, bool, error) {
+	if len(items) > 0 {
+		*span = max((items[0].PublishTime-base)*windowTarget/int64(len(items)), 1)
+	}
+	return items, true, nil
 }

@@ -26,6 +26,8 @@ type event struct {
 // chanSink passes a stream's events to the test.
 type chanSink struct{ events chan event }
 
+func (s chanSink) Start() error { return nil }
+
 func (s chanSink) Item(p feed.Post, position string) error {
 	s.events <- event{p, position}
 	return nil
@@ -96,6 +98,20 @@ func checkEvents(t testing.TB, label string, got []event, want []feed.Post) {
 	}
 }
 
+// streamReader is a harness on shards databases whose reader follows a
+// push author and a pull author (readOpts' inbox and threshold), with the
+// model of their feeds.
+func streamReader(t *testing.T, shards int, reader, push, pull uint64) (*harness, *feedModel) {
+	t.Helper()
+	h := newHarness(t, harnessOpts{shards: shards, configured: readOpts})
+	m := newFeedModel()
+	makePull(t, h, m, pull, fanIDs(pull*10+100, 6))
+	m.follow(t, h, reader, push)
+	m.follow(t, h, reader, pull)
+	h.waitIdle(t)
+	return h, m
+}
+
 // TestStreamOrderAndResume streams a feed with push and pull authors: the
 // items above the start position come first, oldest first, then new items
 // as they enter the feed, none twice; a stream opened again at the last
@@ -104,13 +120,8 @@ func checkEvents(t testing.TB, label string, got []event, want []feed.Post) {
 func TestStreamOrderAndResume(t *testing.T) {
 	t.Parallel()
 	r := rand.New(rand.NewPCG(26, 26))
-	h := newHarness(t, harnessOpts{shards: 2, configured: readOpts})
-	m := newFeedModel()
 	const reader, push, pull = 860, 861, 862
-	makePull(t, h, m, pull, fanIDs(950, 6))
-	m.follow(t, h, reader, push)
-	m.follow(t, h, reader, pull)
-	h.waitIdle(t)
+	h, m := streamReader(t, 2, reader, push, pull)
 	clock := time.Now().Add(-time.Hour).UnixMilli()
 	author := func() uint64 { return []uint64{push, pull, reader}[r.IntN(3)] }
 	// The start: many posts at equal publish times, more than the inbox
@@ -186,6 +197,57 @@ func TestStreamOrderAndResume(t *testing.T) {
 	h.svc.CloseStreams()
 	if err := <-done; err != nil {
 		t.Fatalf("closed stream: %v", err)
+	}
+}
+
+// TestStreamCatchUpInWindows resumes streams across gaps of many windows:
+// posts spread over hours, bursts in one second, and more than a window's
+// worth at one millisecond, from push and pull authors and below the
+// inbox floor. Every item above the position comes, oldest first, once.
+func TestStreamCatchUpInWindows(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(51, 51))
+	const reader, push, pull = 870, 871, 872
+	h, m := streamReader(t, 1, reader, push, pull)
+	base := time.Now().Add(-24 * time.Hour).UnixMilli()
+	author := func() uint64 { return []uint64{push, pull}[r.IntN(2)] }
+	var posts []feed.Post
+	for i := range 200 { // hours apart at first, then minutes
+		posts = append(posts, m.newPost(r, author(), base+int64(i)*int64(time.Minute/time.Millisecond)*int64(1+(200-i)/20)))
+	}
+	burst := base + int64(3*time.Hour/time.Millisecond)
+	for range 150 { // one second
+		posts = append(posts, m.newPost(r, author(), burst+int64(r.IntN(1000))))
+	}
+	same := base + int64(5*time.Hour/time.Millisecond)
+	for range 2*feed.MaxPageLimit + 30 { // one millisecond
+		posts = append(posts, m.newPost(r, author(), same))
+	}
+	m.publishAll(t, h, posts)
+	h.waitIdle(t)
+	// The position of the item depth items down the feed.
+	positionAt := func(depth int) (string, feed.Key) {
+		t.Helper()
+		var p feed.FeedPage
+		for left := depth; left > 0; left -= len(p.Items) {
+			var err error
+			if p, err = h.svc.Feed(context.Background(), reader, feed.Page{Limit: min(left, feed.MaxPageLimit), Cursor: p.Next}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return p.Next, p.Items[len(p.Items)-1].Key()
+	}
+	for _, depth := range []int{len(posts) - 1, len(posts) - 150, 60, 250} {
+		since, from := positionAt(depth)
+		events, stop := openStream(t, h.svc, reader, since)
+		want := m.oldestFirst(reader, from)
+		checkEvents(t, fmt.Sprintf("catch-up from %v", from), receive(t, events, len(want)), want)
+		if err := stop(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("stopped stream: %v", err)
+		}
+		if len(events) > 0 {
+			t.Fatalf("from %v: %d events after the last expected one", from, len(events))
+		}
 	}
 }
 

@@ -214,14 +214,27 @@ func (s *Service) lease() (now, until int64) {
 // error. One loop per shard claims a batch of small jobs and runs them side
 // by side: as fast as a loop per worker, without multiplying idle polling.
 func each[T any](items []T, n int, fn func(T) error) error {
+	_, err := eachBefore(items, n, time.Time{}, fn)
+	return err
+}
+
+// eachBefore is each that starts no item once due has passed (a zero due
+// never does). It returns how many items it started: a prefix of items,
+// every call of which has returned.
+func eachBefore[T any](items []T, n int, due time.Time, fn func(T) error) (int, error) {
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-		slots = make(chan struct{}, n)
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		first   error
+		slots   = make(chan struct{}, n)
+		started int
 	)
 	for _, it := range items {
 		slots <- struct{}{}
+		if started > 0 && !due.IsZero() && time.Now().After(due) {
+			break
+		}
+		started++
 		wg.Go(func() {
 			defer func() { <-slots }()
 			if err := fn(it); err != nil {
@@ -232,7 +245,7 @@ func each[T any](items []T, n int, fn func(T) error) error {
 		})
 	}
 	wg.Wait()
-	return first
+	return started, first
 }
 
 // stepContext bounds one step of a worker (a batch, a plan, a follow event)
@@ -241,6 +254,14 @@ func each[T any](items []T, n int, fn func(T) error) error {
 func (s *Service) stepContext(work context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(work, s.cfg.Lease)
 }
+
+// stepDue is when a step of many small items that started at start stops
+// starting new ones and records those it finished: half way through its
+// lease, leaving the other half to the record. On a loaded database, or
+// behind another transaction's locks, a step then ends with less done
+// instead of being cut off with its finished items unrecorded, to be
+// redone by the next step, which would meet the same delays.
+func (s *Service) stepDue(start time.Time) time.Time { return start.Add(s.cfg.Lease / 2) }
 
 // stepSize is the number of items a loop's steps take, adapted to how long
 // they run: a step cut off by its deadline (the lease) halves it, so that on

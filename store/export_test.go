@@ -9,30 +9,31 @@ import (
 // The SQL the EXPLAIN test (package store_test) checks. Exported here, in a
 // test file, so the test can use storetest, which imports this package.
 const (
-	FeedPageSQL      = feedPageSQL
-	FeedPagePullSQL  = feedPagePullSQL
-	FeedPageKinds    = feedPageKindsSQL
-	FeedPagePullKind = feedPagePullKindsSQL
-	PullPartKindSQL  = pullPartKindSQL
-	PullKindHeads    = pullKindHeadsSQL
-	PullKindWindow   = pullKindWindowSQL
-	HeaderKeySQL     = headerKeySQL
-	ListPostsSQL     = listPostsSQL
-	PullPartSQL      = pullPartSQL
-	PullHeadsSQL     = pullHeadsSQL
-	PullWindowSQL    = pullWindowSQL
-	PullWindowHeads  = pullWindowHeadsSQL
-	FollowersPageSQL = followersPageSQL
-	PushSQL          = pushSQL
-	PushActiveSQL    = pushActiveSQL
-	RetractSQL       = retractSQL
-	RetractKeptSQL   = retractKeptSQL
-	ListFollowingSQL = listFollowingSQL
-	FollowedAuthors  = followedAuthorsSQL
-	FollowedHosts    = followedHostsSQL
-	TrimBoundarySQL  = trimBoundaryPartSQL
-	TrimPartSQL      = trimPartSQL
-	InboxTopSQL      = inboxTopPartSQL
+	FeedPageSQL         = feedPageSQL
+	FeedPagePullSQL     = feedPagePullSQL
+	FeedPageKinds       = feedPageKindsSQL
+	FeedPagePullKind    = feedPagePullKindsSQL
+	PullPartKindSQL     = pullPartKindSQL
+	PullKindHeads       = pullKindHeadsSQL
+	PullKindWindow      = pullKindWindowSQL
+	PullKindWindowHeads = pullKindWindowHeadsSQL
+	HeaderKeySQL        = headerKeySQL
+	ListPostsSQL        = listPostsSQL
+	PullPartSQL         = pullPartSQL
+	PullHeadsSQL        = pullHeadsSQL
+	PullWindowSQL       = pullWindowSQL
+	PullWindowHeads     = pullWindowHeadsSQL
+	FollowersPageSQL    = followersPageSQL
+	PushSQL             = pushSQL
+	PushActiveSQL       = pushActiveSQL
+	RetractSQL          = retractSQL
+	RetractKeptSQL      = retractKeptSQL
+	ListFollowingSQL    = listFollowingSQL
+	FollowedAuthors     = followedAuthorsSQL
+	FollowedHosts       = followedHostsSQL
+	TrimBoundarySQL     = trimBoundaryPartSQL
+	TrimPartSQL         = trimPartSQL
+	InboxTopSQL         = inboxTopPartSQL
 )
 
 // NextTaskSQL is the query a worker's first batch claims a task with.

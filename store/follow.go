@@ -144,9 +144,10 @@ const followChunk = 500
 
 // FollowMany makes the follows, each as Follow does, with one transaction
 // per user database holding a share of them: it locks the share's header
-// rows, reads which edges exist, the users' counts and the pairs' mutes,
-// and writes the new edges, the headers' marks and the follow events with
-// multi-row statements. Outcomes are in the order of edges; a pair given
+// rows, reads which edges exist, the users' counts (their user_counts
+// rows, locked) and the pairs' mutes, and writes the new edges, the
+// counts, the headers' marks and the follow events with multi-row
+// statements. Outcomes are in the order of edges; a pair given
 // twice is created once. A user past maxFollowing fails its own extra
 // pairs (ELIMIT) and the others go through; a database that fails fails
 // its share.
@@ -218,7 +219,7 @@ func followShare(ctx context.Context, tx *sqlx.Tx, edges []FollowEdge, idx []int
 	if err != nil {
 		return err
 	}
-	counts, err := countFollowing(ctx, tx, users)
+	counts, err := lockCounts(ctx, tx, users)
 	if err != nil {
 		return err
 	}
@@ -230,12 +231,14 @@ func followShare(ctx context.Context, tx *sqlx.Tx, edges []FollowEdge, idx []int
 		if exists[p] {
 			continue
 		}
-		if counts[e.UserID] >= maxFollowing {
-			out[i].Err = feed.Errorf(feed.ELIMIT, "user %d already follows %d authors, the maximum", e.UserID, counts[e.UserID])
+		c := counts[e.UserID]
+		if c.Following >= maxFollowing {
+			out[i].Err = feed.Errorf(feed.ELIMIT, "user %d already follows %d authors, the maximum", e.UserID, c.Following)
 			continue
 		}
 		exists[p] = true
-		counts[e.UserID]++
+		c.Following++
+		counts[e.UserID] = c
 		out[i].Created = true
 		var ht, hi any
 		if e.From != nil {
@@ -264,6 +267,9 @@ func followShare(ctx context.Context, tx *sqlx.Tx, edges []FollowEdge, idx []int
 	}
 	slices.Sort(changed)
 	changed = slices.Compact(changed)
+	if err := saveCounts(ctx, tx, changed, counts); err != nil {
+		return err
+	}
 	for start := 0; start < len(changed); start += followChunk {
 		q, args, err := sqlx.In(markFollowedSQL, changed[start:min(start+followChunk, len(changed))])
 		if err != nil {
@@ -304,24 +310,6 @@ func pairsIn(ctx context.Context, tx *sqlx.Tx, head, tail string, pairs []userAu
 		}
 	}
 	return found, nil
-}
-
-const countFollowingManySQL = `SELECT user_id, COUNT(*) AS n FROM following WHERE user_id IN (?) GROUP BY user_id`
-
-// countFollowing returns how many authors each of users follows.
-func countFollowing(ctx context.Context, tx *sqlx.Tx, users []uint64) (map[uint64]int, error) {
-	got, err := selectInChunks[struct {
-		UserID uint64 `db:"user_id"`
-		N      int    `db:"n"`
-	}](ctx, tx, countFollowingManySQL, users)
-	if err != nil {
-		return nil, err
-	}
-	counts := make(map[uint64]int, len(users))
-	for _, g := range got {
-		counts[g.UserID] = g.N
-	}
-	return counts, nil
 }
 
 // selectInChunks runs q, whose one IN (?) takes ids, once per followChunk ids,
@@ -393,6 +381,9 @@ func (s *Store) unfollow(ctx context.Context, userID, authorID uint64, keep bool
 				return err
 			}
 			return purgeAuthor(ctx, tx, userID, authorID)
+		}
+		if _, err := tx.ExecContext(ctx, unfollowedSQL, userID); err != nil {
+			return err
 		}
 		if keep {
 			if _, err := tx.ExecContext(ctx, keepHistorySQL, authorID, userID, now); err != nil {

@@ -53,10 +53,8 @@ func (s *Store) FinishFollowEvents(ctx context.Context, sh *Shard, evs []FollowE
 	var released int64
 	for chunk := range slices.Chunk(evs, followChunk) {
 		del := make([]any, 0, 4*len(chunk))
-		rel := make([]any, 0, 3*len(chunk))
 		for _, ev := range chunk {
 			del = append(del, ev.UserID, ev.AuthorID, ev.Version, ev.Token)
-			rel = append(rel, ev.UserID, ev.AuthorID, ev.Token)
 		}
 		deleted, err := rowsAffected(db.ExecContext(ctx, finishFollowEventsHead+keyIn([]string{"user_id", "author_id", "version", "claim_token"}, len(chunk)), del...))
 		if err != nil {
@@ -65,7 +63,7 @@ func (s *Store) FinishFollowEvents(ctx context.Context, sh *Shard, evs []FollowE
 		if deleted == int64(len(chunk)) {
 			continue // none changed meanwhile
 		}
-		n, err := rowsAffected(db.ExecContext(ctx, releaseFollowEventsSQL+keyIn([]string{"user_id", "author_id", "claim_token"}, len(chunk)), rel...))
+		n, err := releaseFollowEvents(ctx, db, chunk)
 		if err != nil {
 			return released, wrap("finish follow events", err)
 		}
@@ -74,10 +72,26 @@ func (s *Store) FinishFollowEvents(ctx context.Context, sh *Shard, evs []FollowE
 	return released, nil
 }
 
-// ReleaseFollowEvent gives a claimed event back for any worker to retry.
-func (s *Store) ReleaseFollowEvent(ctx context.Context, ev FollowEvent) error {
+// ReleaseFollowEvents gives claimed events (all of sh) back for any worker
+// to retry, with one statement a chunk; an event whose claim has passed to
+// another worker stays with it.
+func (s *Store) ReleaseFollowEvents(ctx context.Context, sh *Shard, evs []FollowEvent) error {
 	ctx = s.pin(ctx)
-	return release(ctx, s.ShardOf(ev.UserID).pool(ctx), followEventClaims, ev.claimKey(), ev.Token)
+	db := sh.pool(ctx)
+	for chunk := range slices.Chunk(evs, followChunk) {
+		if _, err := releaseFollowEvents(ctx, db, chunk); err != nil {
+			return wrap("release follow events", err)
+		}
+	}
+	return nil
+}
+
+func releaseFollowEvents(ctx context.Context, db *sqlx.DB, evs []FollowEvent) (int64, error) {
+	args := make([]any, 0, 3*len(evs))
+	for _, ev := range evs {
+		args = append(args, ev.UserID, ev.AuthorID, ev.Token)
+	}
+	return rowsAffected(db.ExecContext(ctx, releaseFollowEventsSQL+keyIn([]string{"user_id", "author_id", "claim_token"}, len(evs)), args...))
 }
 
 const pendingOfAuthorSQL = `SELECT author_id FROM follow_events WHERE author_id = ? LIMIT 1`

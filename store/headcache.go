@@ -5,6 +5,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,7 +25,10 @@ import (
 // not moved: reading it is one statement per database, against a seek per
 // followee. Deletes only shrink outboxes, which heads may overstate
 // (PullNewest reads on when a head's post is gone); follows, unfollows and
-// mutes change the sources, not what is known of each.
+// mutes change the sources, not what is known of each. A read of some
+// kinds learns of those kinds' posts only, and keeps that apart: what is
+// known is by outbox view, an author's posts of every kind or of one set of
+// kinds.
 
 // backdateMargin is how much older than its publish's now a publish_time
 // must be for the post to count as backdated. Posts of clients that stamp
@@ -56,25 +60,36 @@ func bumpBackdates(ctx context.Context, tx *sqlx.Tx, p feed.Post, now int64) err
 func (s *Store) CacheHeads(skew time.Duration, now func() time.Time) {
 	c := &headCache{below: backdateMargin + 2*skew, now: now}
 	for i := range c.stripes {
-		c.stripes[i].m = map[uint64]outboxKnown{}
+		c.stripes[i].m = map[outboxView]outboxKnown{}
 	}
 	s.heads.Store(c)
 }
 
-// headCacheAuthors bounds the outboxes a process keeps knowledge of.
-const headCacheAuthors = 200_000
+// headCacheViews bounds the outbox views a process keeps knowledge of.
+const headCacheViews = 200_000
 
-// headCache is what this process knows of outboxes, by author.
+// headCache is what this process knows of outboxes, by view.
 type headCache struct {
 	below   time.Duration // ranges above now less this are not kept
 	now     func() time.Time
 	stripes [16]struct {
 		mu sync.Mutex
-		m  map[uint64]outboxKnown
+		m  map[outboxView]outboxKnown
 	}
 }
 
-// outboxKnown is what one read learned of an author's outbox: every post
+// outboxView is what a read sees of an author's outbox: its posts of every
+// kind (kinds empty), or of the kinds of a filtered read, joined by spaces.
+type outboxView struct {
+	author uint64
+	kinds  string
+}
+
+// viewKinds is the kinds part of the views of a read of the kinds (sorted;
+// nil for every kind). A kind has no space (feed.KindPattern).
+func viewKinds(kinds []string) string { return strings.Join(kinds, " ") }
+
+// outboxKnown is what one read learned of an outbox view: every post of it
 // in the publish times lo..hi (inclusive) was at one of times (newest
 // first) when the database's backdate sequence read seq, under the layout
 // epoch. A post deleted since may still be listed: heads may overstate. An
@@ -108,21 +123,22 @@ func (k outboxKnown) head(lo, hi int64) (t int64, found, ok bool) {
 
 func (c *headCache) stripe(author uint64) *struct {
 	mu sync.Mutex
-	m  map[uint64]outboxKnown
+	m  map[outboxView]outboxKnown
 } {
 	return &c.stripes[(author*0x9E3779B97F4A7C15)>>60]
 }
 
-// knowledge is one PullNewest call's view of the cache: the time it
-// started and the sequence of each database it read; a database whose
-// sequence it could not read has no entry, and nothing of it is used or
-// kept.
+// knowledge is one PullNewest call's hold on the cache: the time it
+// started, the sequence of each database it read, and the kinds it reads
+// (viewKinds); a database whose sequence it could not read has no entry,
+// and nothing of it is used or kept.
 type knowledge struct {
 	c     *headCache
 	store *Store
 	top   int64 // the newest publish time whose range may be kept
 	epoch int64
 	seqs  map[*Shard]uint64
+	kinds string
 }
 
 // seqRead is a database's backdate sequence, as read, or the failure.
@@ -181,11 +197,11 @@ func (s *Store) LearnAhead(ctx context.Context, shards []*Shard, timeout time.Du
 	return context.WithValue(ctx, aheadKey{}, s.readSeqs(ctx, c, shards, timeout))
 }
 
-// learn returns the cache's view for a read of sources, and what reading
+// learn returns the cache's knowledge for a read of sources, and what reading
 // the backdate sequence of each of their databases cost and missed (here
 // or ahead, see LearnAhead): a database that fails it is not asked again
-// by the read (Missing names its authors). The view is nil when the cache
-// is off; the error is for ctx ending.
+// by the read (Missing names its authors). The knowledge is nil when the
+// cache is off; the error is for ctx ending.
 func (s *Store) learn(ctx context.Context, sources []PullSource, timeout time.Duration) (*knowledge, Pulled, error) {
 	c := s.heads.Load()
 	if c == nil {
@@ -204,7 +220,7 @@ func (s *Store) learn(ctx context.Context, sources []PullSource, timeout time.Du
 	case <-ctx.Done():
 		return nil, Pulled{}, wrap("pull posts", ctx.Err())
 	}
-	k := &knowledge{c: c, store: s, top: r.top, epoch: r.epoch, seqs: map[*Shard]uint64{}}
+	k := &knowledge{c: c, store: s, top: r.top, epoch: r.epoch, seqs: map[*Shard]uint64{}, kinds: viewKinds(sources[0].Kinds)}
 	var out Pulled
 	for _, sh := range s.shards { // by name: Err names the same database every time
 		got, read := r.seqs[sh]
@@ -238,7 +254,7 @@ func (k *knowledge) cached(src PullSource) (h sourceHead, found, ok bool) {
 	}
 	st := k.c.stripe(src.AuthorID)
 	st.mu.Lock()
-	e, in := st.m[src.AuthorID]
+	e, in := st.m[outboxView{src.AuthorID, k.kinds}]
 	st.mu.Unlock()
 	// Under one epoch an author stays on one database: e.sh is its own.
 	if !in || e.epoch != k.epoch {
@@ -252,8 +268,8 @@ func (k *knowledge) cached(src PullSource) (h sourceHead, found, ok bool) {
 	return sourceHead{src: src, t: t}, found, ok
 }
 
-// keep records what a read learned of an author's outbox: its posts in
-// lo..hi are at times, cut to the range that may be kept.
+// keep records what a read learned of an author's outbox, in the read's
+// view: its posts in lo..hi are at times, cut to the range that may be kept.
 func (k *knowledge) keep(author uint64, lo, hi int64, times []int64) {
 	if k == nil {
 		return
@@ -272,13 +288,13 @@ func (k *knowledge) keep(author uint64, lo, hi int64, times []int64) {
 	st := k.c.stripe(author)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if len(st.m) >= headCacheAuthors/len(k.c.stripes) {
+	if len(st.m) >= headCacheViews/len(k.c.stripes) {
 		for a := range st.m { // evict an arbitrary entry
 			delete(st.m, a)
 			break
 		}
 	}
-	st.m[author] = e
+	st.m[outboxView{author, k.kinds}] = e
 }
 
 // keepHeads records what a heads statement over srcs (one time range)

@@ -177,7 +177,11 @@ UNION ALL `
 // reports the header's mark.
 func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64, before, from feed.Key, limit int, kinds []string) (snap FeedSnapshot, pulls bool, err error) {
 	args := []any{userID, before.PublishTime, before.PublishTime, before.ContentID}
-	if kinds != nil {
+	switch len(kinds) {
+	case 0:
+	case 1:
+		args = append(args, kinds[0])
+	default:
 		args = append(args, kinds)
 	}
 	args = append(args, from.PublishTime, from.PublishTime, from.ContentID, limit+1)
@@ -185,8 +189,8 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 		args = append([]any{userID}, args...)
 	}
 	var rows *sql.Rows
-	if kinds == nil {
-		st, err := sh.feedStmt(ctx, withPull)
+	if len(kinds) <= 1 {
+		st, err := sh.feedStmt(ctx, withPull, kinds != nil)
 		if err != nil {
 			return snap, false, err
 		}
@@ -252,13 +256,20 @@ func kindOf(b sql.RawBytes) string {
 	return string(b)
 }
 
-// feedStmt returns the shard's prepared page statement, preparing it on
-// first use; database/sql then prepares it once per pooled connection.
-func (sh *Shard) feedStmt(ctx context.Context, withPull bool) (*sqlx.Stmt, error) {
+// feedStmt returns the shard's prepared page statement, with or without
+// the pull authors, of every kind or of one (its IN list of one takes a
+// kind where sqlx.In would take a list), preparing it on first use;
+// database/sql then prepares it once per pooled connection.
+func (sh *Shard) feedStmt(ctx context.Context, withPull, oneKind bool) (*sqlx.Stmt, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	i, q := 0, feedPageSQL
-	if withPull {
+	switch {
+	case withPull && oneKind:
+		i, q = 3, feedPagePullKindsSQL
+	case oneKind:
+		i, q = 2, feedPageKindsSQL
+	case withPull:
 		i, q = 1, feedPagePullSQL
 	}
 	c := classOf(ctx)

@@ -29,7 +29,8 @@ import (
 //     authors purged, pull bits set for pull authors, and the inbox filled
 //     with the newest entries of the followed push authors and the user's
 //     own posts, as one backfill of every followee at once would, floor
-//     and trim included. The mark goes in the same transaction.
+//     and trim included; the user's counts are left to be counted again.
+//     The mark goes in the same transaction.
 //
 // Nothing is fanned out and nothing waits for a follow event: the rows a
 // follow event and a fan-out would write are written directly.
@@ -607,6 +608,9 @@ func settleUsers(ctx context.Context, tx *sqlx.Tx, id uint64, users []uint64, li
 		return nil, 0, err
 	}
 	if err := execIn(ctx, tx, bumpFollowsSQL, users); err != nil {
+		return nil, 0, err
+	}
+	if err := forgetCounts(ctx, tx, users...); err != nil {
 		return nil, 0, err
 	}
 	return copied, n, execIn(ctx, tx, deleteMarkSQL, id, markUser, users)

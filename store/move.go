@@ -367,8 +367,9 @@ func (s *Store) AdvanceMove(ctx context.Context, job *MoveJob, step MoveStep) er
 // names the authors whose follow, mute and hide the new id now has): the
 // following and mutes rows, with the purge of the authors' posts from the
 // old id's inbox, and queues each pair's follow event, which updates the
-// authors' followers and hidden_from lists. It runs in one transaction with
-// the progress, under the old id's header row, as an unfollow does.
+// authors' followers and hidden_from lists; the old id's counts are left
+// to be counted again. It runs in one transaction with the progress, under
+// the old id's header row, as an unfollow does.
 //
 // Returns ErrLostClaim if the lease was taken over.
 func (s *Store) FinishMoveItems(ctx context.Context, job *MoveJob, moved []uint64, step MoveStep) error {
@@ -395,6 +396,9 @@ func (s *Store) FinishMoveItems(ctx context.Context, job *MoveJob, moved []uint6
 			}
 		}
 		if err := recountPulls(ctx, tx, job.From); err != nil {
+			return err
+		}
+		if err := forgetCounts(ctx, tx, job.From); err != nil {
 			return err
 		}
 		return followsChanged(ctx, tx, job.From)
@@ -429,8 +433,8 @@ type Repointed struct {
 // follows to already (or is to, who cannot follow itself). A mark the user
 // has about to already stays as it is. Both pairs' follow events are
 // queued: they move the followers and hidden_from rows and backfill. No cap
-// applies: the user follows and mutes no more authors than before. A
-// repeat changes nothing.
+// applies: the user follows and mutes no more authors than before; the
+// user's counts are left to be counted again. A repeat changes nothing.
 func (s *Store) Repoint(ctx context.Context, userID, from, to uint64, now int64) (Repointed, error) {
 	ctx = s.pin(ctx)
 	var res Repointed
@@ -438,6 +442,9 @@ func (s *Store) Repoint(ctx context.Context, userID, from, to uint64, now int64)
 	err := s.ShardOf(userID).inTx(ctx, func(tx *sqlx.Tx) error {
 		res, inserted = Repointed{}, false
 		if err := ensureHeaders(ctx, tx, userID); err != nil {
+			return err
+		}
+		if err := forgetCounts(ctx, tx, userID); err != nil {
 			return err
 		}
 		var was, toWas marks

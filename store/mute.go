@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -32,10 +33,6 @@ const (
 
 const lockMuteSQL = `SELECT muted_at, hidden_at FROM mutes WHERE user_id = ? AND author_id = ? FOR UPDATE`
 
-// countMutedSQL counts the user's mutes with a locking read, so the count is
-// of committed rows on every engine, not of an older snapshot.
-const countMutedSQL = `SELECT COUNT(*) FROM mutes WHERE user_id = ? AND muted_at IS NOT NULL FOR UPDATE`
-
 const upsertMuteSQL = `INSERT INTO mutes (user_id, author_id, muted_at, hidden_at) VALUES (?, ?, ?, ?)
 ON DUPLICATE KEY UPDATE muted_at = VALUES(muted_at), hidden_at = VALUES(hidden_at)`
 
@@ -57,8 +54,9 @@ const unmuteEdgeSQL = `UPDATE following SET muted = 0, pull = pull | ? WHERE use
 // authors.
 func (s *Store) SetFilter(ctx context.Context, f Filter, userID, authorID uint64, on bool, maxMuted int, now int64) (backfill bool, err error) {
 	ctx = s.pin(ctx)
+	var limit error
 	err = s.ShardOf(userID).inTx(ctx, func(tx *sqlx.Tx) error {
-		backfill = false
+		backfill, limit = false, nil
 		if err := ensureHeaders(ctx, tx, userID); err != nil {
 			return err
 		}
@@ -79,12 +77,10 @@ func (s *Store) SetFilter(ctx context.Context, f Filter, userID, authorID uint64
 			return nil
 		}
 		*mark = sql.NullInt64{Int64: now, Valid: on}
-		if f == Mute && on {
-			var n int
-			if err := tx.GetContext(ctx, &n, countMutedSQL, userID); err != nil {
+		if f == Mute {
+			// A mute past the cap commits the counts it read.
+			if limit, err = countMute(ctx, tx, userID, on, maxMuted); err != nil || limit != nil {
 				return err
-			} else if n >= maxMuted {
-				return feed.Errorf(feed.ELIMIT, "user %d already mutes %d authors, the maximum", userID, n)
 			}
 		}
 		was, is := cur.MutedAt.Valid || cur.HiddenAt.Valid, next.MutedAt.Valid || next.HiddenAt.Valid
@@ -129,7 +125,27 @@ func (s *Store) SetFilter(ctx context.Context, f Filter, userID, authorID uint64
 	if backfill {
 		s.ShardOf(userID).pullHints.Set(userID, true)
 	}
-	return backfill, wrap("set filter", err)
+	return backfill, wrap("set filter", cmp.Or(err, limit))
+}
+
+// countMute counts a mute set (on) or lifted in the user's counts; a mute
+// set past maxMuted changes nothing and is limit, an ELIMIT.
+func countMute(ctx context.Context, tx *sqlx.Tx, userID uint64, on bool, maxMuted int) (limit, err error) {
+	if !on {
+		_, err := tx.ExecContext(ctx, unmutedSQL, userID)
+		return nil, err
+	}
+	counts, err := lockCounts(ctx, tx, []uint64{userID})
+	if err != nil {
+		return nil, err
+	}
+	c := counts[userID]
+	if c.Muted >= maxMuted {
+		return feed.Errorf(feed.ELIMIT, "user %d already mutes %d authors, the maximum", userID, c.Muted), nil
+	}
+	c.Muted++
+	counts[userID] = c
+	return nil, saveCounts(ctx, tx, []uint64{userID}, counts)
 }
 
 const hiddenPairsSQL = `SELECT user_id, author_id, hidden_at FROM mutes WHERE hidden_at IS NOT NULL AND `

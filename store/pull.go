@@ -117,17 +117,9 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 	if len(sources) <= limit+1 {
 		return s.PullPosts(ctx, sources, limit, shardTimeout)
 	}
-	// What the process knows of the outboxes (CacheHeads) is of all their
-	// posts: a read of some kinds neither uses nor keeps it.
-	var (
-		k      *knowledge
-		learnt Pulled
-		err    error
-	)
-	if sources[0].Kinds == nil {
-		if k, learnt, err = s.learn(ctx, sources, shardTimeout); err != nil {
-			return Pulled{}, err
-		}
+	k, learnt, err := s.learn(ctx, sources, shardTimeout)
+	if err != nil {
+		return Pulled{}, err
 	}
 	if len(learnt.Missing) > 0 {
 		sources = slices.DeleteFunc(slices.Clone(sources), func(src PullSource) bool {
@@ -223,6 +215,13 @@ const pullWindowHeadsSQL = `(` + pullWindowSQL + `)
 UNION ALL (SELECT 0, 0, author_id, MAX(publish_time), _ascii'' FROM posts
 WHERE author_id IN (?) AND publish_time >= ? AND publish_time <= ? GROUP BY author_id)`
 
+// pullKindWindowHeadsSQL is pullWindowHeadsSQL for the posts of some
+// kinds: pullKindWindowSQL with pullKindHeadsSQL's heads, one per author
+// and kind.
+const pullKindWindowHeadsSQL = `(` + pullKindWindowSQL + `)
+UNION ALL (SELECT 0, 0, author_id, MAX(publish_time), _ascii'' FROM posts FORCE INDEX (idx_posts_kind)
+WHERE author_id IN (?) AND kind IN (?) AND publish_time >= ? AND publish_time <= ? GROUP BY author_id, kind)`
+
 // pullWindows returns what PullPosts would for the sources read, each read
 // from the bound up (or from its own From, when higher), as PullNewest
 // reads them once it has a bound: their posts in range, up to limit each.
@@ -296,10 +295,14 @@ func windowChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, maxRows i
 	}
 	b, f := chunk[0].Before, chunk[0].From
 	q, args := pullWindowSQL, []any{ids, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, maxRows + 1}
-	switch kinds := chunk[0].Kinds; {
-	case kinds != nil:
+	kinds := chunk[0].Kinds
+	if kinds != nil {
 		q, args = pullKindWindowSQL, append([]any{ids, kinds}, args[1:]...)
-	case low >= 0 && low <= hi:
+	}
+	switch heads := low >= 0 && low <= hi; {
+	case heads && kinds != nil:
+		q, args = pullKindWindowHeadsSQL, append(args, ids, kinds, low, hi)
+	case heads:
 		q, args = pullWindowHeadsSQL, append(args, ids, low, hi)
 	}
 	q, args, err := sqlx.In(q, args...)
@@ -318,8 +321,8 @@ func windowChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, maxRows i
 	n := 0
 	for _, r := range got {
 		switch {
-		case r.W == 0:
-			heads[r.AuthorID] = r.PublishTime
+		case r.W == 0: // a head per kind, when read by kind: the newest is the author's
+			heads[r.AuthorID] = max(heads[r.AuthorID], r.PublishTime)
 		case !r.Key().Less(f):
 			posts = append(posts, r.Post)
 			n++

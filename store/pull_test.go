@@ -52,7 +52,7 @@ func (o outboxes) newest(sources []store.PullSource, limit int) []feed.Post {
 			continue
 		}
 		for _, src := range bySource[p.AuthorID] {
-			if p.Key().Less(src.Before) && !p.Key().Less(src.From) {
+			if p.Key().Less(src.Before) && !p.Key().Less(src.From) && (src.Kinds == nil || slices.Contains(src.Kinds, p.Kind)) {
 				out = append(out, p)
 				break
 			}
@@ -193,21 +193,22 @@ func TestPullNewest(t *testing.T) {
 	})
 }
 
-// sourcesBelow asks for the authors' posts older than before.
-func sourcesBelow(authors []uint64, before feed.Key) []store.PullSource {
+// sourcesBelow asks for the authors' posts older than before, of the
+// kinds when not nil.
+func sourcesBelow(authors []uint64, before feed.Key, kinds []string) []store.PullSource {
 	sources := make([]store.PullSource, len(authors))
 	for i, a := range authors {
-		sources[i] = store.PullSource{AuthorID: a, Before: before}
+		sources[i] = store.PullSource{AuthorID: a, Before: before, Kinds: kinds}
 	}
 	return sources
 }
 
 // scrollPage reads the page of a scroll over the authors' outboxes below
-// before through st, checks it against a full sort, and returns what the
-// read cost and the page.
-func scrollPage(t *testing.T, st *store.Store, o outboxes, authors []uint64, before feed.Key, limit int) (store.Pulled, []feed.Post) {
+// before (of the kinds when not nil) through st, checks it against a full
+// sort, and returns what the read cost and the page.
+func scrollPage(t *testing.T, st *store.Store, o outboxes, authors []uint64, before feed.Key, kinds []string, limit int) (store.Pulled, []feed.Post) {
 	t.Helper()
-	sources := sourcesBelow(authors, before)
+	sources := sourcesBelow(authors, before, kinds)
 	got, err := st.PullNewest(t.Context(), sources, limit, 0)
 	must(t, err)
 	want := o.newest(sources, limit)
@@ -238,7 +239,7 @@ func TestPullNewestRows(t *testing.T) {
 	const limit = 21
 	before := store.Top
 	for page := range 20 {
-		got, want := scrollPage(t, st, o, authors, before, limit)
+		got, want := scrollPage(t, st, o, authors, before, nil, limit)
 		// A head per source, and posts from about limit+1 of them.
 		if maxRows := len(authors) + 4*limit; got.Rows > maxRows {
 			t.Errorf("page %d read %d rows, want at most %d (heads of %d sources + 4 × limit)", page, got.Rows, maxRows, len(authors))
@@ -262,7 +263,8 @@ func TestPullNewestRows(t *testing.T) {
 // below the cursor shows on the next page (its database's backdate
 // sequence moved, so that page reads the heads of that database again),
 // and neither a deleted head nor a post published at the current time
-// costs that.
+// costs that. A scroll of one kind beside it keeps what it learns apart
+// (heads of photos are not an author's heads) and holds to the same.
 func TestPullNewestCache(t *testing.T) {
 	t.Parallel()
 	writer, reader := twoProcesses(t)
@@ -271,18 +273,24 @@ func TestPullNewestCache(t *testing.T) {
 	var o outboxes
 	o.deleted = map[uint64]bool{}
 	id := uint64(1_000_000)
+	kindOf := func(id uint64) string {
+		if id%3 == 0 {
+			return "photo"
+		}
+		return feed.KindPost
+	}
 	for _, a := range authors {
 		for range 6 {
 			id++
-			o.posts = append(o.posts, feed.Post{ContentID: id, AuthorID: a, PublishTime: t0 + rng.Int64N(1_000_000), Kind: feed.KindPost})
+			o.posts = append(o.posts, feed.Post{ContentID: id, AuthorID: a, PublishTime: t0 + rng.Int64N(1_000_000), Kind: kindOf(id)})
 		}
 	}
 	must(t, storeload.Posts(t.Context(), writer, o.posts, t0))
 	// Publishes through the writer at the real time, which tells backdated
 	// posts from others.
-	publishNow := func(author, id uint64, tm int64) feed.Post {
+	publishNow := func(author, id uint64, tm int64, kind string) feed.Post {
 		t.Helper()
-		p := feed.Post{ContentID: id, AuthorID: author, PublishTime: tm, Kind: feed.KindPost}
+		p := feed.Post{ContentID: id, AuthorID: author, PublishTime: tm, Kind: kind}
 		_, created, err := writer.PublishPost(t.Context(), p, time.Now().UnixMilli())
 		if err != nil || !created {
 			t.Fatalf("publish %+v: created %v, %v", p, created, err)
@@ -290,35 +298,47 @@ func TestPullNewestCache(t *testing.T) {
 		return p
 	}
 	const limit = 21
-	before := store.Top
+	photos := []string{"photo"}
+	before, beforePhoto := store.Top, store.Top
 	for page := range 30 {
-		got, want := scrollPage(t, reader, o, authors, before, limit)
-		switch {
-		case page == 0:
-			if got.Rows < len(authors) {
-				t.Errorf("page %d read %d rows, want a head per author (%d) at least", page, got.Rows, len(authors))
+		got, want := scrollPage(t, reader, o, authors, before, nil, limit)
+		gotPhoto, wantPhoto := scrollPage(t, reader, o, authors, beforePhoto, photos, limit)
+		for _, sc := range []struct {
+			view  string
+			got   store.Pulled
+			heads int // at least, of the 300 authors of a database
+		}{{"every kind", got, 300}, {"photos", gotPhoto, 200}} {
+			switch {
+			case page == 0:
+				if sc.got.Rows < len(authors) {
+					t.Errorf("%s, page %d read %d rows, want a head per author (%d) at least", sc.view, page, sc.got.Rows, len(authors))
+				}
+			case page == 11:
+				// After the backdated posts: the heads of one database again
+				// (of the authors with posts in range: most of its 300).
+				if sc.got.Rows < sc.heads || sc.got.Rows > 300+4*limit {
+					t.Errorf("%s, page %d read %d rows, want the heads of one database (%d to 300) and a few pages at most", sc.view, page, sc.got.Rows, sc.heads)
+				}
+			case sc.got.Rows > 4*limit:
+				t.Errorf("%s, page %d read %d rows: the heads of the page before were not reused", sc.view, page, sc.got.Rows)
 			}
-		case page == 11:
-			// After the backdated post: a head per author of its database.
-			if got.Rows < 300 || got.Rows > 300+4*limit {
-				t.Errorf("page %d read %d rows, want the 300 heads of one database and a few pages at most", page, got.Rows)
-			}
-		case got.Rows > 4*limit:
-			t.Errorf("page %d read %d rows: the heads of the page before were not reused", page, got.Rows)
 		}
-		before = want[limit-1].Key()
+		before, beforePhoto = want[limit-1].Key(), wantPhoto[limit-1].Key()
 		switch page {
-		case 5: // the next page's newest post is deleted
-			p := o.newest(sourcesBelow(authors, before), 1)[0]
-			must(t, writer.DeletePost(t.Context(), p.AuthorID, p.ContentID))
-			o.deleted[p.ContentID] = true
+		case 5: // the next pages' newest posts are deleted
+			for _, p := range []feed.Post{o.newest(sourcesBelow(authors, before, nil), 1)[0], o.newest(sourcesBelow(authors, beforePhoto, photos), 1)[0]} {
+				must(t, writer.DeletePost(t.Context(), p.AuthorID, p.ContentID))
+				o.deleted[p.ContentID] = true
+			}
 		case 7: // a post at the current time: above every page of the scroll
 			id++
-			publishNow(authors[3], id, time.Now().UnixMilli())
-		case 10: // backdated, just below the cursor
+			publishNow(authors[3], id, time.Now().UnixMilli(), "photo")
+		case 10: // backdated, just below the cursors, on one database
+			db0 := authors[:300]
 			id++
-			p := publishNow(authors[rng.IntN(len(authors))], id, before.PublishTime-1)
-			o.posts = append(o.posts, p)
+			o.posts = append(o.posts, publishNow(db0[rng.IntN(len(db0))], id, before.PublishTime-1, feed.KindPost))
+			id++
+			o.posts = append(o.posts, publishNow(db0[rng.IntN(len(db0))], id, beforePhoto.PublishTime-1, "photo"))
 		}
 	}
 
@@ -340,11 +360,11 @@ func TestPullNewestCache(t *testing.T) {
 	o.posts = append(o.posts, fresh...)
 	before = store.Top
 	for page := range 4 {
-		_, want := scrollPage(t, reader, o, recent, before, limit)
+		_, want := scrollPage(t, reader, o, recent, before, nil, limit)
 		before = want[limit-1].Key()
 		if page == 1 {
 			id++
-			o.posts = append(o.posts, publishNow(silent[0], id, before.PublishTime-1))
+			o.posts = append(o.posts, publishNow(silent[0], id, before.PublishTime-1, feed.KindPost))
 		}
 	}
 }

@@ -226,6 +226,9 @@ func TestTargetRowsShowBeforeEdges(t *testing.T) {
 					}
 					return tx.Commit()
 				}()
+				if store.Retryable(err) {
+					continue // waited past the lock wait bound behind the others: read again
+				}
 				if err != nil {
 					t.Error(err)
 					return

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,10 +39,10 @@ type Shard struct {
 	conn *sqlconn.Connector
 
 	mu sync.Mutex // guards feedPage
-	// feedPage holds the hot reads, feedPageSQL and feedPagePullSQL, per
-	// class, prepared once per connection: an unprepared query with
-	// arguments costs three round trips (prepare, execute, close).
-	feedPage  [numClasses][2]*sqlx.Stmt
+	// feedPage holds the hot reads per class, prepared once per
+	// connection, so the server parses and plans each once: feedPageSQL and
+	// feedPagePullSQL, and both of one kind (feedPageStmt).
+	feedPage  [numClasses][4]*sqlx.Stmt
 	pullHints userHints
 
 	health    shardHealth
@@ -145,9 +146,21 @@ func openShard(name string, cfg shardmap.Database, opt sqlconn.Options) (*Shard,
 	return sh, nil
 }
 
+// lockWaitTimeout is how long, in seconds, a statement of the store waits
+// for a row lock on the server (innodb_lock_wait_timeout, which TiDB's
+// pessimistic transactions follow too) unless the DSN sets it. A statement
+// whose client is gone waits on for the server's whole timeout holding its
+// transaction's locks: one whose process was killed gets no KILL QUERY, and
+// the server does not notice the closed connection while it waits. The
+// server's default of 50 s would stall, for that long, every writer of the
+// rows it holds; this bound is above the service's write deadline, and a
+// statement that reaches it fails as a retryable conflict.
+const lockWaitTimeout = 5
+
 // parseDSN sets the driver options the store relies on: interpolated
-// parameters (one round trip per statement that is not prepared) and no
-// implicit time parsing (times are Unix milliseconds).
+// parameters (one round trip per statement that is not prepared), no
+// implicit time parsing (times are Unix milliseconds), and a lock wait
+// bounded by lockWaitTimeout.
 func parseDSN(dsn string) (*mysql.Config, error) {
 	c, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -158,6 +171,12 @@ func parseDSN(dsn string) (*mysql.Config, error) {
 	}
 	if _, set := c.Params["interpolateParams"]; !set {
 		c.InterpolateParams = true
+	}
+	if _, set := c.Params["innodb_lock_wait_timeout"]; !set {
+		if c.Params == nil {
+			c.Params = map[string]string{}
+		}
+		c.Params["innodb_lock_wait_timeout"] = strconv.Itoa(lockWaitTimeout)
 	}
 	return c, nil
 }

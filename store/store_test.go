@@ -305,3 +305,33 @@ func TestOpenRejectsBadDSN(t *testing.T) {
 		}
 	}
 }
+
+// TestLockWaitBound checks the store's sessions wait at most 5 s for a row
+// lock, unless the DSN says otherwise: a statement whose client was killed
+// holds its transaction's locks while it waits.
+func TestLockWaitBound(t *testing.T) {
+	t.Parallel()
+	dsn := storetest.DatabaseDSN(t)
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	for _, tc := range []struct {
+		dsn  string
+		want int
+	}{
+		{dsn, 5},
+		{dsn + sep + "innodb_lock_wait_timeout=7", 7},
+	} {
+		st, err := store.Open(shardmap.Single(tc.dsn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int
+		err = st.Shards()[0].DB.QueryRowContext(t.Context(), `SELECT @@SESSION.innodb_lock_wait_timeout`).Scan(&got)
+		st.Close()
+		if err != nil || got != tc.want {
+			t.Errorf("%s: innodb_lock_wait_timeout = %d, %v; want %d", tc.dsn, got, err, tc.want)
+		}
+	}
+}

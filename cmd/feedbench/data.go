@@ -150,18 +150,25 @@ func (d dataset) loadedPost(r, a, perUser int) feed.Post {
 		ContentID:   loadedContentBase + uint64(r)*inboxAuthors + uint64(a),
 		AuthorID:    inboxAuthorBase + uint64(a),
 		PublishTime: d.t0 + int64(r)*slot + int64(a)*slot/inboxAuthors,
-		Kind:        loadedKind(r),
+		Kind:        loadedKind(r, a),
 	}
 }
 
-// loadedKind is the kind of the loaded rows of slot r: one slot in ten is
-// photos, which phase C's kinds filter reads.
-func loadedKind(r int) string {
-	if r%10 == 9 {
+// loadedKind is the kind of the post of author a in slot r: one slot in ten
+// is photos, and one post in rareKindEvery a video (author 50's in every
+// fifth slot), the kinds phase C's filtered rows read.
+func loadedKind(r, a int) string {
+	switch {
+	case r%10 == 9:
 		return "photo"
+	case (r*inboxAuthors+a)%rareKindEvery == rareKindEvery/2:
+		return "video"
 	}
 	return feed.KindPost
 }
+
+// rareKindEvery: one loaded post in this many is a video.
+const rareKindEvery = 500
 
 // footprintAsLoaded is phase D's first footprint, taken before any other
 // phase writes to the inbox.

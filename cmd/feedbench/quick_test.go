@@ -62,6 +62,7 @@ func TestQuick(t *testing.T) {
 		"publish → event p50",
 		"| unread counts / pages, inbox-only readers, HTTP |",
 		"| `?kinds=photo` pages (one item in ten) / unfiltered pages, inbox-only readers, HTTP |",
+		"| `?kinds=video` pages (one item in 500) / unfiltered pages, inbox-only readers, HTTP |",
 		"| pages of readers muting 100 authors / inbox-only pages, HTTP |",
 		"## D. Disk bytes per inbox row",
 		"| as loaded |",

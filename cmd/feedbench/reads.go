@@ -143,6 +143,7 @@ func (b *bench) reads(ctx context.Context) error {
 		{key: readFew, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullFew), users: fewPull, read: httpPager},
 		{key: readMany, name: fmt.Sprintf("readers following %d pull authors, HTTP", pullMany), users: manyPull, read: httpPager},
 		{key: readKinds, name: "inbox-only readers, HTTP, `?kinds=photo` (one feed item in ten)", users: inboxOnly, read: load.pager("kinds=photo")},
+		{key: readRareKind, name: fmt.Sprintf("inbox-only readers, HTTP, `?kinds=video` (one feed item in %d)", rareKindEvery), users: inboxOnly, read: load.pager("kinds=video")},
 		{key: readMuted, name: fmt.Sprintf("inbox-only readers muting %d authors, HTTP", mutedAuthors), users: muting, read: httpPager},
 		{key: readUnread, name: fmt.Sprintf("unread counts, marker %d items down, inbox-only readers, HTTP", b.markerDepth()), users: inboxOnly, read: unreadPager},
 		{key: readUnreadFew, name: fmt.Sprintf("unread counts, marker %d items down, readers following %d pull authors, HTTP", b.markerDepth(), pullFew), users: fewPull, read: unreadPager},

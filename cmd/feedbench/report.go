@@ -29,6 +29,9 @@ const (
 	// targetKinds: pages/s of a kind of one item in ten vs unfiltered
 	// pages of the same readers: a filtered page at most twice the cost.
 	targetKinds = 0.5
+	// targetRareKind: the same for a kind of one item in 500, whose pages
+	// read the whole inbox: at most three times the cost.
+	targetRareKind = 0.33
 	// Many small posts (up to smallTargetFollowers followers each):
 	// delivered posts/s vs accepted, and the last post visible this soon
 	// after the last publish.
@@ -51,8 +54,9 @@ const (
 	readUnread    = "unread"
 	readUnreadFew = "unread10"
 	// Filtered pages and readers with mutes against inbox-only pages.
-	readKinds = "kinds"
-	readMuted = "muted"
+	readKinds    = "kinds"
+	readRareKind = "rare"
+	readMuted    = "muted"
 )
 
 // keepMarker ends the generated part of the report: text below it is
@@ -461,11 +465,12 @@ func (r *report) renderReads(p func(string, ...any)) {
 	p("same goroutine, checking the status, the framing, the item count and next_cursor without decoding")
 	p("the items (`cmd/feedbench/httpload.go`). The load generator shares the server's CPUs here, so a")
 	p("heavier client is charged to the server: the diagnostic row read through the typed Go client")
-	p("(`httpapi/client`, which decodes every item) shows by how much. One loaded row in ten is a `photo`")
-	p("(the others `post`): the `?kinds=photo` row pages the inbox-only readers' feeds filtered to it, a")
-	p("page of 20 reading about 200 inbox entries, which the server filters, and the outboxes by kind")
-	p("below the inbox. A fourth class of readers, loaded")
-	p("as the inbox-only one, mutes %d authors it does not follow.", mutedAuthors)
+	p("(`httpapi/client`, which decodes every item) shows by how much. One loaded row in ten is a `photo`,")
+	p("one in %d a `video` (the others `post`): the `?kinds=` rows page the inbox-only readers' feeds", rareKindEvery)
+	p("filtered to one of them, a page of 20 photos reading about 200 inbox entries, which the server")
+	p("filters, a page of videos the whole inbox (a fifth of the readers have 3, the others none), and")
+	p("both the followees' outboxes by kind below the inbox, where these authors have no posts. A fourth")
+	p("class of readers, loaded as the inbox-only one, mutes %d authors it does not follow.", mutedAuthors)
 	p("")
 	p("The last three columns are what a page cost, over every page of the row's runs (warm-ups included):")
 	p("the CPU time of the database server and of this process (readers, and the service for its rows),")
@@ -497,7 +502,7 @@ func (r *report) renderReads(p func(string, ...any)) {
 		}
 		v := ra.Rate() / rb.Rate()
 		if target > 0 {
-			p("| %s | %.2f | ≥ %.1f | %s |", name, v, target, verdict(v, target))
+			p("| %s | %.2f | ≥ %g | %s |", name, v, target, verdict(v, target))
 		} else {
 			p("| %s | %.2f | — | (reported) |", name, v)
 		}
@@ -508,6 +513,7 @@ func (r *report) renderReads(p func(string, ...any)) {
 	ratio("unread counts / pages, inbox-only readers, HTTP", readUnread, readInbox, targetUnread)
 	ratio(fmt.Sprintf("unread counts / pages, %d-pull readers, HTTP", pullFew), readUnreadFew, readFew, targetUnread)
 	ratio("`?kinds=photo` pages (one item in ten) / unfiltered pages, inbox-only readers, HTTP", readKinds, readInbox, targetKinds)
+	ratio(fmt.Sprintf("`?kinds=video` pages (one item in %d) / unfiltered pages, inbox-only readers, HTTP", rareKindEvery), readRareKind, readInbox, targetRareKind)
 	ratio(fmt.Sprintf("pages of readers muting %d authors / inbox-only pages, HTTP", mutedAuthors), readMuted, readInbox, 0)
 	ratio("diagnostic: store.ReadFeed / raw SELECT", readStore, readRaw, 0)
 	ratio("diagnostic: one-block page shape / raw SELECT", readProbe, readRaw, 0)

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/http"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,16 +22,7 @@ func TestDrain(t *testing.T) {
 	p := startFeedd(t, bin, "feedd", "serve", "--mysql-dsn", storetest.DatabaseDSN(t),
 		"--http-addr", "127.0.0.1:0", "--drain-delay", "3s")
 	p.waitStarted(t)
-	var base string
-	wait.For(t, "the listen address in the log", func() error {
-		out := p.out.String()
-		m := regexp.MustCompile(`msg="feedd: listening" addr=(\S+)`).FindStringSubmatch(out)
-		if m == nil {
-			return fmt.Errorf("the log:\n%s", out)
-		}
-		base = "http://" + m[1]
-		return nil
-	})
+	base := p.listenAddr(t)
 	c := client.New(base, "", &http.Client{Timeout: 10 * time.Second})
 	ctx := t.Context()
 	must(t, c.Follow(ctx, 100, 200))

@@ -282,9 +282,9 @@ func (m *Main) serve() error {
 	}
 	m.listener = ln
 	m.echo = httpapi.New(svc, httpapi.Options{Token: m.Config.APIToken, UserTokenKeys: m.userTokenKeys,
-		RateLimit: m.Config.RateLimit, RateLimitService: m.Config.RateLimitService, Log: m.Log, Registry: reg,
-		ReadDeadline: m.Config.ReadDeadline, WriteDeadline: m.Config.WriteDeadline})
-	console.Mount(m.echo, svc, console.Options{Token: m.Config.APIToken, Log: m.Log})
+		RateLimit: m.Config.RateLimit, RateLimitService: m.Config.RateLimitService, TrustedProxies: m.Config.TrustedProxies,
+		Log: m.Log, Registry: reg, ReadDeadline: m.Config.ReadDeadline, WriteDeadline: m.Config.WriteDeadline})
+	console.Mount(m.echo, svc, console.Options{Token: m.Config.APIToken, TrustedProxies: m.Config.TrustedProxies, Log: m.Log})
 	m.echo.Server.ReadHeaderTimeout = 5 * time.Second
 	m.echo.Server.ReadTimeout = 30 * time.Second
 	m.echo.Server.WriteTimeout = 30 * time.Second

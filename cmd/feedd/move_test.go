@@ -70,7 +70,7 @@ func TestCrashMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := []string{"serve", "--mysql-dsn", dsn, "--api=false", "--workers=true",
-		"--lease=1s", "--poll-interval=20ms", "--worker-concurrency=4",
+		leaseFlag(t), "--poll-interval=20ms", "--worker-concurrency=4",
 		"--push-threshold=" + strconv.Itoa(10*followers), "--soft-stop=5s"}
 	// Apply the follows, plan the posts, and stop gracefully.
 	p := startFeedd(t, bin, "feedd setup", args...)

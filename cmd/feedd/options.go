@@ -30,9 +30,12 @@ type Config struct {
 	// token too.
 	RateLimit        float64
 	RateLimitService bool
-	API              bool
-	Workers          bool
-	SoftStop         time.Duration
+	// TrustedProxies may name the clients they forward and say they came
+	// over TLS.
+	TrustedProxies httpapi.TrustedProxies
+	API            bool
+	Workers        bool
+	SoftStop       time.Duration
 	// ReadDeadline and WriteDeadline bound a request: past them the client
 	// gets 503 and the statement is killed on the server.
 	ReadDeadline  time.Duration
@@ -84,6 +87,7 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.JWKSFile, "jwks-file", c.JWKSFile, "JSON Web Key Set file (oct/HS256 or Ed25519/EdDSA keys, each with a kid) whose keys sign user tokens: JWTs acting as one user; reloaded on SIGHUP")
 	fs.Float64Var(&c.RateLimit, "rate-limit", c.RateLimit, "requests a second each client may make on /v1, with a burst of twice that: a user token by its user, any other client by its address; per process; 0: off")
 	fs.BoolVar(&c.RateLimitService, "rate-limit-service", c.RateLimitService, "apply the rate limit to the service token (api-token) too, by address")
+	fs.Var(&c.TrustedProxies, "trusted-proxies", "comma-separated CIDRs or addresses of proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (the client's address for rate limits, console logins and logs; the console's Secure cookies); empty: none")
 	fs.BoolVar(&c.API, "api", c.API, "serve: run the HTTP API")
 	fs.BoolVar(&c.Workers, "workers", c.Workers, "serve: run the fan-out workers")
 	fs.DurationVar(&c.ReadDeadline, "read-deadline", c.ReadDeadline, "deadline of a GET or HEAD request; past it 503")
@@ -108,6 +112,8 @@ func (c *Config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&s.TombstoneTTL, "tombstone-ttl", s.TombstoneTTL, "how long a deleted post's rows stay after its removal from feeds finished (at least 1m)")
 	fs.BoolVar(&s.PartialReads, "partial-reads", s.PartialReads, "serve a feed page without the followed authors whose database does not answer, naming them (false: 503)")
 	fs.DurationVar(&s.SourceTimeout, "source-timeout", s.SourceTimeout, "how long a feed page waits for one database's outboxes before it does without them")
+	fs.IntVar(&s.MaxStreamsPerUser, "max-streams-per-user", s.MaxStreamsPerUser, "feed streams one user may hold open in a process; past it an open is 429 too_many_streams")
+	fs.IntVar(&s.MaxStreams, "max-streams", s.MaxStreams, "feed streams a process holds open at most; past it an open is 429 too_many_streams")
 	fs.DurationVar(&s.LiveSessionTTL, "live-session-ttl", s.LiveSessionTTL, "how long a live-feed session serves later pages after its first")
 	fs.DurationVar(&s.ProbeInterval, "probe-interval", s.ProbeInterval, "how often each database is probed for readiness")
 	fs.DurationVar(&s.ProbeTimeout, "probe-timeout", s.ProbeTimeout, "a database whose probe read and write take longer is reported down")

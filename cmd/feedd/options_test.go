@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -86,7 +87,7 @@ func TestConfigParse(t *testing.T) {
 			check: func(t *testing.T, c Config) {
 				want := DefaultConfig()
 				want.MySQLDSN = dsn
-				if c != want {
+				if !reflect.DeepEqual(c, want) {
 					t.Errorf("config = %+v, want %+v", c, want)
 				}
 				if !c.AutoMigrate || c.HTTPAddr != ":8080" || c.Service.InboxLimit != 300 ||
@@ -139,6 +140,8 @@ func TestConfigParse(t *testing.T) {
 				"FEED_JWKS_FILE":          "/etc/feed/jwks.json",
 				"FEED_RATE_LIMIT":         "2.5",
 				"FEED_RATE_LIMIT_SERVICE": "true",
+				"FEED_TRUSTED_PROXIES":    "10.0.0.0/8, 192.168.1.7",
+				"FEED_MAX_STREAMS":        "500",
 			},
 			check: func(t *testing.T, c Config) {
 				s := c.Service
@@ -146,7 +149,8 @@ func TestConfigParse(t *testing.T) {
 					s.TaskSize != 77 || s.BatchSize != 33 || s.Workers != 2 || c.SoftStop != time.Minute ||
 					s.NodeID != 17 || c.LogFormat != "json" || c.LogLevel != "debug" || s.ClockSkew != 3*time.Second ||
 					s.InboxSlack != 35 || s.PartialReads || s.SourceTimeout != 250*time.Millisecond ||
-					c.JWKSFile != "/etc/feed/jwks.json" || c.RateLimit != 2.5 || !c.RateLimitService {
+					c.JWKSFile != "/etc/feed/jwks.json" || c.RateLimit != 2.5 || !c.RateLimitService ||
+					c.TrustedProxies.String() != "10.0.0.0/8,192.168.1.7/32" || s.MaxStreams != 500 {
 					t.Errorf("environment not applied: %+v", c)
 				}
 			},
@@ -181,6 +185,8 @@ func TestConfigParse(t *testing.T) {
 		{name: "bad int in env", env: map[string]string{"FEED_MYSQL_DSN": dsn, "FEED_INBOX_LIMIT": "many"}, wantErr: "FEED_INBOX_LIMIT"},
 		{name: "bad bool in env", env: map[string]string{"FEED_MYSQL_DSN": dsn, "FEED_AUTO_MIGRATE": "maybe"}, wantErr: "FEED_AUTO_MIGRATE"},
 		{name: "bad duration in env", env: map[string]string{"FEED_MYSQL_DSN": dsn, "FEED_LEASE": "30"}, wantErr: "FEED_LEASE"},
+		{name: "bad trusted proxy in env", env: map[string]string{"FEED_MYSQL_DSN": dsn, "FEED_TRUSTED_PROXIES": "10.0.0.0/8,proxy"}, wantErr: "FEED_TRUSTED_PROXIES"},
+		{name: "bad trusted proxy flag", args: []string{"--mysql-dsn", dsn, "--trusted-proxies", "10.0.0.0/40"}, wantErr: "trusted"},
 		{name: "negative threshold in env", env: map[string]string{"FEED_MYSQL_DSN": dsn, "FEED_PUSH_THRESHOLD": "-1"}, wantErr: "push threshold"},
 		{name: "bad int flag", args: []string{"--mysql-dsn", dsn, "--inbox-limit", "x"}, wantErr: "inbox-limit"},
 		{name: "unknown flag", args: []string{"--mysql-dsn", dsn, "--no-such-flag"}, wantErr: "no-such-flag"},

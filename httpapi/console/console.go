@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/feedhq/feed"
+	"github.com/feedhq/feed/httpapi"
 	"github.com/feedhq/feed/service"
 )
 
@@ -40,7 +41,12 @@ type Options struct {
 	// Token, when set, is asked for at a login form (or taken as
 	// "Authorization: Bearer <token>"): the API's token.
 	Token string
-	Log   *slog.Logger
+	// TrustedProxies may say a request came over TLS (the cookies are
+	// Secure then) and which client they forward (the throttling of wrong
+	// tokens and the logs go by it): httpapi.New's, whose echo instance
+	// finds the client.
+	TrustedProxies httpapi.TrustedProxies
+	Log            *slog.Logger
 }
 
 type console struct {
@@ -55,8 +61,8 @@ func Mount(e *echo.Echo, svc *service.Service, opt Options) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	c := &console{svc: svc, log: opt.Log, auth: newAuth(opt.Token), pages: parsePages()}
-	g := e.Group(Prefix, secureHeaders, c.auth.require, checkCSRF)
+	c := &console{svc: svc, log: opt.Log, auth: newAuth(svc, opt.Token, opt.TrustedProxies), pages: parsePages()}
+	g := e.Group(Prefix, secureHeaders, c.auth.require, c.auth.checkCSRF)
 	static, _ := fs.Sub(staticFS, "static")
 	g.GET("/static/*", echo.WrapHandler(http.StripPrefix(Prefix+"/static/", http.FileServerFS(static))))
 	g.GET("/login", c.loginForm)
@@ -104,7 +110,7 @@ func (c *console) render(ec echo.Context, status int, name string, data any) err
 	if ec.QueryParam("partial") == "live" {
 		tmpl = "live"
 	} else {
-		p.Flash = takeFlash(ec)
+		p.Flash = c.takeFlash(ec)
 	}
 	var b strings.Builder
 	if err := c.pages[name].ExecuteTemplate(&b, tmpl, p); err != nil {
@@ -158,20 +164,22 @@ func redirect(ec echo.Context, path string) error {
 const flashCookie = "feed_console_flash"
 
 // redirectWith redirects to path, which shows msg once.
-func redirectWith(ec echo.Context, path, msg string) error {
-	ec.SetCookie(&http.Cookie{Name: flashCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(msg)), Path: Prefix,
-		MaxAge: 60, HttpOnly: true, Secure: ec.Request().TLS != nil, SameSite: http.SameSiteStrictMode})
+func (c *console) redirectWith(ec echo.Context, path, msg string) error {
+	ck := c.auth.cookie(ec.Request(), flashCookie, base64.RawURLEncoding.EncodeToString([]byte(msg)))
+	ck.MaxAge = 60
+	ec.SetCookie(ck)
 	return redirect(ec, path)
 }
 
 // takeFlash returns the message an action left for this page and clears it.
-func takeFlash(ec echo.Context) string {
+func (c *console) takeFlash(ec echo.Context) string {
 	ck, err := ec.Cookie(flashCookie)
 	if err != nil {
 		return ""
 	}
-	ec.SetCookie(&http.Cookie{Name: flashCookie, Path: Prefix, MaxAge: -1, HttpOnly: true,
-		Secure: ec.Request().TLS != nil, SameSite: http.SameSiteStrictMode})
+	gone := c.auth.cookie(ec.Request(), flashCookie, "")
+	gone.MaxAge = -1
+	ec.SetCookie(gone)
 	b, _ := base64.RawURLEncoding.DecodeString(ck.Value)
 	return string(b)
 }

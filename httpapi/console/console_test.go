@@ -42,6 +42,12 @@ func setup(t *testing.T, token string) *fixture {
 // setupOn is setup on a migrated store.
 func setupOn(t *testing.T, token string, st *store.Store) *fixture {
 	t.Helper()
+	return setupBehind(t, token, st, nil)
+}
+
+// setupBehind is setupOn behind the trusted proxies.
+func setupBehind(t *testing.T, token string, st *store.Store, proxies httpapi.TrustedProxies) *fixture {
+	t.Helper()
 	cfg := service.DefaultConfig()
 	cfg.PollInterval = 20 * time.Millisecond
 	log := slog.New(slog.DiscardHandler)
@@ -51,8 +57,8 @@ func setupOn(t *testing.T, token string, st *store.Store) *fixture {
 		t.Fatal(err)
 	}
 	svc.CheckHealth(t.Context())
-	e := httpapi.New(svc, httpapi.Options{Token: token, Log: log, Registry: reg})
-	console.Mount(e, svc, console.Options{Token: token, Log: log})
+	e := httpapi.New(svc, httpapi.Options{Token: token, TrustedProxies: proxies, Log: log, Registry: reg})
+	console.Mount(e, svc, console.Options{Token: token, TrustedProxies: proxies, Log: log})
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	jar, _ := cookiejar.New(nil)
@@ -281,11 +287,99 @@ func TestConsoleLogin(t *testing.T) {
 	if resp, _ := bare.get(t, "/console/reshard", "Authorization", "Bearer "+token); resp.StatusCode != http.StatusOK {
 		t.Errorf("bearer token: %d", resp.StatusCode)
 	}
+	var session *http.Cookie
+	for _, ck := range f.client.Jar.Cookies(mustURL(t, f.srv.URL+"/console")) {
+		if ck.Name == "feed_console" {
+			session = ck
+		}
+	}
+	if session == nil {
+		t.Fatal("no session cookie in the jar")
+	}
+	// Another instance with another token on the same databases: the
+	// session, signed in with the old token, opens nothing there.
+	rotated := setupOn(t, "rotated-token", f.st)
+	if resp, _ := rotated.get(t, "/console", "Cookie", session.Name+"="+session.Value); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("the session under a changed token: %d", resp.StatusCode)
+	}
 	_, page = f.get(t, "/console")
 	if resp, _ := f.post(t, "/console/logout", url.Values{"csrf": {csrf(t, page)}}); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("logout: %d", resp.StatusCode)
 	}
 	if resp, _ := f.get(t, "/console"); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("after logout: %d", resp.StatusCode)
+	}
+	// The cookie kept from before the logout opens nothing either.
+	if resp, _ := bare.get(t, "/console", "Cookie", session.Name+"="+session.Value); resp.StatusCode != http.StatusSeeOther {
+		t.Errorf("the session's cookie replayed after logout: %d", resp.StatusCode)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestConsoleLoginThrottled: behind a trusted proxy, the client it names
+// is throttled after a few wrong tokens (429 with Retry-After, the right
+// token refused too, at the form and as a bearer token) while another
+// client signs in, and a request the proxy says came over TLS gets Secure
+// cookies.
+func TestConsoleLoginThrottled(t *testing.T) {
+	t.Parallel()
+	const token = "s3cret-token"
+	proxies, err := httpapi.ParseTrustedProxies("127.0.0.0/8, ::1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := setupBehind(t, token, storetest.NewStore(t, storetest.Options{}), proxies)
+	_, page := f.get(t, "/console/login")
+	csrfValue := csrf(t, page)
+	login := func(client, tok string, header ...string) *http.Response {
+		t.Helper()
+		form := url.Values{"csrf": {csrfValue}, "next": {"/console"}, "token": {tok}}
+		req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/console/login", strings.NewReader(form.Encode()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Forwarded-For", client)
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		resp, _ := f.do(t, req)
+		return resp
+	}
+	const guesser, operator = "198.51.100.8", "198.51.100.7"
+	for i := range 4 {
+		if resp := login(guesser, "wrong"); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d", i+1, resp.StatusCode)
+		}
+	}
+	resp := login(guesser, token)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("the right token while throttled: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if resp, _ := f.get(t, "/console/reshard", "Authorization", "Bearer "+token, "X-Forwarded-For", guesser); resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("the bearer token while throttled: %d", resp.StatusCode)
+	}
+	resp = login(operator, token, "X-Forwarded-Proto", "https")
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("another client's login: %d", resp.StatusCode)
+	}
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "feed_console" && !ck.Secure {
+			t.Errorf("session cookie over TLS at the proxy: %+v", ck)
+		}
+	}
+	resp = login(operator, token)
+	for _, ck := range resp.Cookies() {
+		if ck.Name == "feed_console" && ck.Secure {
+			t.Errorf("session cookie over plain HTTP: %+v", ck)
+		}
 	}
 }

@@ -31,7 +31,7 @@ func (c *console) retryTask(ec echo.Context) error {
 	if err := c.svc.RetryTask(ec.Request().Context(), author, content, seq); err != nil {
 		msg = "retry: " + safeError(err)
 	}
-	return redirectWith(ec, Prefix+"/deliveries", msg)
+	return c.redirectWith(ec, Prefix+"/deliveries", msg)
 }
 
 func (c *console) reshard(ec echo.Context) error {
@@ -45,7 +45,7 @@ func (c *console) abortReshard(ec echo.Context) error {
 	if err := c.svc.AbortReshard(ec.Request().Context()); err != nil {
 		msg = "abort: " + safeError(err)
 	}
-	return redirectWith(ec, Prefix+"/reshard", msg)
+	return c.redirectWith(ec, Prefix+"/reshard", msg)
 }
 
 // findUser answers the navigation's user form.

@@ -62,7 +62,7 @@ func Following(ctx context.Context, st *store.Store, userID uint64, authors []ui
 	}); err != nil {
 		return fmt.Errorf("storeload: following: %w", err)
 	}
-	if _, err := sh.DB.ExecContext(ctx, importFollowsSQL, userID, store.Top.PublishTime, store.Top.ContentID); err != nil {
+	if err := followsMoved(ctx, sh.DB, []uint64{userID}); err != nil {
 		return fmt.Errorf("storeload: following: %w", err)
 	}
 	for ash, ids := range byShard(st, authors) {

@@ -8,6 +8,9 @@ package storeload
 import (
 	"context"
 	"fmt"
+	"slices"
+
+	"github.com/jmoiron/sqlx"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -30,16 +33,17 @@ const (
 	markPullsHead   = `INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, pulls)`
 	markPullsTail   = ` ON DUPLICATE KEY UPDATE pulls = 1`
 	importFollowing = `INSERT IGNORE INTO following (user_id, author_id, followed_at, pull)`
-	// importFollowsSQL moves a user's followee-list version, as the
-	// follows an import stands for would have.
-	importFollowsSQL = `UPDATE inbox SET follows = COALESCE(follows, 0) + 1 WHERE user_id = ? AND publish_time = ? AND content_id = ?`
+	// importFollowsSQL moves users' followee-list versions (a list for
+	// sqlx.In), as the follows an import stands for would have.
+	importFollowsSQL = `UPDATE inbox SET follows = COALESCE(follows, 0) + 1 WHERE user_id IN (?) AND publish_time = ? AND content_id = ?`
 	importFollowers  = `INSERT IGNORE INTO followers (author_id, user_id, followed_at)`
 	importAuthorSQL  = `INSERT INTO authors (author_id, follower_count, mode) VALUES (?, ?, ?)
 ON DUPLICATE KEY UPDATE follower_count = follower_count + VALUES(follower_count), mode = GREATEST(mode, VALUES(mode))`
 )
 
 // Followers makes users who have no history with the author follow
-// it: both edge rows and the follower count, with nothing to backfill. With
+// it: both edge rows, the follower count and the followee-list versions of
+// those of the users with header rows, with nothing to backfill. With
 // pullMode the author is put in pull mode at once, the edges get the pull
 // bit and the users' headers the pull mark after it, as the store's own
 // switches set them. The store's pull hints are its own: its next read of each
@@ -53,6 +57,9 @@ func Followers(ctx context.Context, st *store.Store, authorID uint64, users []ui
 		if _, err := sqlconn.InsertRows(ctx, sh.DB, importFollowing, 4, "", len(ids), func(i int) []any {
 			return []any{ids[i], authorID, followedAt, pull}
 		}); err != nil {
+			return fmt.Errorf("storeload: followers: %w", err)
+		}
+		if err := followsMoved(ctx, sh.DB, ids); err != nil {
 			return fmt.Errorf("storeload: followers: %w", err)
 		}
 		if pullMode {
@@ -79,6 +86,21 @@ func Followers(ctx context.Context, st *store.Store, authorID uint64, users []ui
 	}
 	if err != nil {
 		return fmt.Errorf("storeload: followers: %w", err)
+	}
+	return nil
+}
+
+// followsMoved moves the followee-list versions of users of one database
+// that have header rows.
+func followsMoved(ctx context.Context, db *sqlx.DB, users []uint64) error {
+	for part := range slices.Chunk(users, 1000) {
+		q, args, err := sqlx.In(importFollowsSQL, part, store.Top.PublishTime, store.Top.ContentID)
+		if err == nil {
+			_, err = db.ExecContext(ctx, q, args...)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
