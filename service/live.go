@@ -64,7 +64,7 @@ func (s *Service) StartStream(ctx context.Context, hostID, streamID uint64, star
 	if err != nil {
 		return feed.Stream{}, err
 	}
-	return s.store.StartStream(store.WithClass(ctx, store.Writes), hostID, streamID, at)
+	return s.store.StartStream(store.WithClass(ctx, store.Writes), hostID, streamID, at, s.now().UnixMilli())
 }
 
 // EndStream ends a live stream at endedAt (nil: now); its replay then
@@ -77,7 +77,7 @@ func (s *Service) EndStream(ctx context.Context, hostID, streamID uint64, endedA
 	if err != nil {
 		return feed.Stream{}, err
 	}
-	st, err := s.store.EndStream(store.WithClass(ctx, store.Writes), hostID, streamID, at)
+	st, err := s.store.EndStream(store.WithClass(ctx, store.Writes), hostID, streamID, at, s.now().UnixMilli())
 	if err == nil {
 		s.wake.notify(planQueue)
 	}
@@ -124,11 +124,20 @@ type liveItem struct {
 }
 
 // LivePage returns a page of the viewer's live feed. Without session (and
-// cursor) it is a first page: it snapshots the followed hosts' live and
-// preview streams under a new session. Later pages name the session and
-// the previous page's cursor: they read the snapshot as it was, less the
-// streams deleted since, then the replays, leaving out every stream the
-// snapshot holds.
+// cursor) it is a first page: it takes a snapshot of the followed hosts'
+// live and preview streams under a new session. Later pages name the
+// session and the previous page's cursor: they read the snapshot as it
+// was, less the streams deleted since, then the replays, leaving out every
+// stream the snapshot holds.
+//
+// A session stores the snapshot's server time, not its streams: every page
+// reads the followed hosts' streams that the snapshot can hold (their
+// queues and the replays ended since) and takes each one's state as of
+// that time from its transitions' server times (stateAt). The time lies
+// snapshotLag before the first page's read, so every transition recorded
+// at or before it is one the read saw; the few streams the read saw in
+// another state than their times give (transitions within the lag) are
+// stored with the session as the first page showed them.
 //
 // Returns EINVALID for a bad limit, cursor or session, or a cursor without
 // its session; ESESSION for an unknown or expired session; EUNAVAILABLE if
@@ -155,49 +164,67 @@ func (s *Service) LivePage(ctx context.Context, viewerID uint64, page feed.Page,
 	if err != nil {
 		return feed.LivePage{}, err
 	}
-	blob, err := s.store.GetLiveSession(ctx, viewerID, id, s.now().UnixMilli())
+	at, blob, err := s.store.GetLiveSession(ctx, viewerID, id, s.now().UnixMilli())
 	if err != nil {
 		return feed.LivePage{}, err
 	}
-	snap, err := decodeSnapshot(blob)
+	seen, err := decodeSeen(blob)
 	if err != nil {
 		return feed.LivePage{}, err
 	}
-	var items []liveItem
-	below := store.Top
-	if inReplays {
+	hosts, streams, err := s.snapshotStreams(ctx, viewerID, at)
+	if err != nil {
+		return feed.LivePage{}, err
+	}
+	snap := snapshotOf(streams, func(st store.TimedStream) string {
+		if state, ok := seen[st.StreamID]; ok {
+			return state
+		}
+		return stateAt(st, at)
+	})
+	below, from := store.Top, len(snap)
+	if !inReplays {
+		from = slices.IndexFunc(snap, func(st feed.Stream) bool { return liveKey(st).Less(pos) })
+		if from < 0 {
+			from = len(snap)
+		}
+	} else {
 		below = pos
-	} else if items, err = s.snapshotItems(ctx, snap, int(pos.PublishTime), page.Limit+1); err != nil {
-		return feed.LivePage{}, err
 	}
-	hosts, err := s.store.FollowedHosts(ctx, viewerID)
-	if err != nil {
-		return feed.LivePage{}, err
-	}
-	return s.finishLivePage(ctx, viewerID, hosts, snap, items, below, page.Limit, session)
+	return s.finishLivePage(ctx, viewerID, hosts, snap, from, below, page.Limit, session)
 }
 
-// firstLivePage merges the followed hosts' queues (each one range of the
-// host's index, a database's hosts in one statement), stores them as the
-// new session's snapshot and returns its first page.
+// snapshotLag is how far a session's snapshot time lies before its first
+// page's read: every stream transition recorded at or before that time has
+// committed or failed by the read (store.TransitionBound), with as long
+// again for the clocks of feedd's processes to differ.
+const snapshotLag = 2 * store.TransitionBound
+
+// firstLivePage reads the followed hosts' streams (each host's queue and
+// its replays ended within the lag, a database's hosts in one statement),
+// stores a new session with the snapshot's time and the streams it saw
+// otherwise than their times give, and returns its first page.
 func (s *Service) firstLivePage(ctx context.Context, viewerID uint64, limit int) (feed.LivePage, error) {
-	hosts, err := s.store.FollowedHosts(ctx, viewerID)
-	if err != nil {
-		return feed.LivePage{}, err
-	}
-	ids := make([]uint64, len(hosts))
-	for i, h := range hosts {
-		ids[i] = h.HostID
-	}
-	snap, err := s.store.StreamQueues(ctx, ids, s.cfg.SourceTimeout)
-	if err != nil {
-		return feed.LivePage{}, err
-	}
-	slices.SortFunc(snap, compareLive)
 	now := s.now()
+	at := now.Add(-snapshotLag).UnixMilli()
+	hosts, streams, err := s.snapshotStreams(ctx, viewerID, at)
+	if err != nil {
+		return feed.LivePage{}, err
+	}
+	seen := map[uint64]string{}
+	snap := snapshotOf(streams, func(st store.TimedStream) string {
+		state := ""
+		if st.State != feed.StreamReplay {
+			state = st.State
+		}
+		if state != stateAt(st, at) {
+			seen[st.StreamID] = state
+		}
+		return state
+	})
 	id := rand.Uint64() | 1
 	dropped, cleaned, err := s.store.CreateLiveSession(store.WithClass(ctx, store.Writes), viewerID, id,
-		now.Add(s.cfg.LiveSessionTTL).UnixMilli(), encodeSnapshot(snap), now.UnixMilli())
+		now.Add(s.cfg.LiveSessionTTL).UnixMilli(), at, encodeSeen(seen), now.UnixMilli())
 	if err != nil {
 		return feed.LivePage{}, err
 	}
@@ -205,43 +232,75 @@ func (s *Service) firstLivePage(ctx context.Context, viewerID uint64, limit int)
 	s.metrics.live.dropped.Add(float64(dropped))
 	s.metrics.live.cleaned.Add(float64(cleaned))
 	s.metrics.live.snapshotStreams.Observe(float64(len(snap)))
-	items := make([]liveItem, 0, min(len(snap), limit+1))
-	for i, st := range snap[:min(len(snap), limit+1)] {
-		items = append(items, liveItem{st, encodeCursor(cursorLiveSnapshot, feed.Key{PublishTime: int64(i + 1)})})
-	}
-	return s.finishLivePage(ctx, viewerID, hosts, snap, items, store.Top, limit, strconv.FormatUint(id, 10))
+	s.metrics.live.seenStreams.Observe(float64(len(seen)))
+	return s.finishLivePage(ctx, viewerID, hosts, snap, 0, store.Top, limit, strconv.FormatUint(id, 10))
 }
 
-// snapshotItems returns up to n streams of the snapshot from offset on
-// that are not deleted now.
-func (s *Service) snapshotItems(ctx context.Context, snap []feed.Stream, offset, n int) ([]liveItem, error) {
-	var items []liveItem
-	for i := offset; i < len(snap) && len(items) < n; {
-		chunk := snap[i:min(len(snap), i+n-len(items))]
-		live, err := s.store.LiveStreams(ctx, chunk)
-		if err != nil {
-			return nil, err
-		}
-		for j, st := range chunk {
-			if _, ok := live[st.StreamID]; ok {
-				items = append(items, liveItem{st, encodeCursor(cursorLiveSnapshot, feed.Key{PublishTime: int64(i + j + 1)})})
-			}
-		}
-		i += len(chunk)
+// snapshotStreams returns the hosts the viewer follows and their streams
+// that a snapshot at server time at can hold.
+func (s *Service) snapshotStreams(ctx context.Context, viewerID uint64, at int64) ([]store.HostEdge, []store.TimedStream, error) {
+	hosts, err := s.store.FollowedHosts(ctx, viewerID)
+	if err != nil {
+		return nil, nil, err
 	}
-	return items, nil
+	ids := make([]uint64, len(hosts))
+	for i, h := range hosts {
+		ids[i] = h.HostID
+	}
+	streams, err := s.store.SnapshotStreams(ctx, ids, at, s.cfg.SourceTimeout)
+	return hosts, streams, err
 }
 
-// finishLivePage fills a page that the snapshot left short with replays
-// below the given key, and cuts it to limit.
+// stateAt is the state a stream had at server time at, from its
+// transitions' server times: preview or live, or "" when it was not yet
+// created or had ended (a replay is no part of a snapshot).
+func stateAt(st store.TimedStream, at int64) string {
+	switch {
+	case st.CreatedAt > at:
+		return ""
+	case st.State == feed.StreamPreview || st.StartedSrv > at:
+		return feed.StreamPreview
+	case st.State == feed.StreamLive || st.EndedSrv > at:
+		return feed.StreamLive
+	}
+	return ""
+}
+
+// snapshotOf returns the streams that state puts in the snapshot, each
+// shown in that state, in feed order.
+func snapshotOf(streams []store.TimedStream, state func(store.TimedStream) string) []feed.Stream {
+	var snap []feed.Stream
+	for _, t := range streams {
+		st := t.Stream
+		switch state(t) {
+		case feed.StreamPreview:
+			st.State, st.StartedAt, st.EndedAt = feed.StreamPreview, nil, nil
+		case feed.StreamLive:
+			st.State, st.EndedAt = feed.StreamLive, nil
+		default:
+			continue
+		}
+		snap = append(snap, st)
+	}
+	slices.SortFunc(snap, compareLive)
+	return snap
+}
+
+// finishLivePage returns the page of the session's snapshot from its
+// index from on, filled out with the replays below the given key when the
+// snapshot runs out, cut to limit.
 func (s *Service) finishLivePage(ctx context.Context, viewerID uint64, hosts []store.HostEdge, snap []feed.Stream,
-	items []liveItem, below feed.Key, limit int, session string) (feed.LivePage, error) {
+	from int, below feed.Key, limit int, session string) (feed.LivePage, error) {
+	items := make([]liveItem, 0, limit+1)
+	for _, st := range snap[from:min(len(snap), from+limit+1)] {
+		items = append(items, liveItem{st, encodeCursor(cursorLiveSnapshot, liveKey(st))})
+	}
 	if len(items) <= limit {
-		seen := make(map[uint64]bool, len(snap))
+		inSnap := make(map[uint64]bool, len(snap))
 		for _, st := range snap {
-			seen[st.StreamID] = true
+			inSnap[st.StreamID] = true
 		}
-		reps, err := s.replays(ctx, viewerID, hosts, below, limit+1-len(items), seen)
+		reps, err := s.replays(ctx, viewerID, hosts, below, limit+1-len(items), inSnap)
 		if err != nil {
 			return feed.LivePage{}, err
 		}
@@ -277,7 +336,7 @@ func (s *Service) replays(ctx context.Context, viewerID uint64, hosts []store.Ho
 		out, gone := make([]feed.Stream, 0, len(got)), false
 		for _, r := range got {
 			if st, ok := live[r.StreamID]; ok {
-				out = append(out, st)
+				out = append(out, st.Stream)
 			} else {
 				skip[r.StreamID], gone = true, true
 			}
@@ -391,51 +450,43 @@ func compareLive(a, b feed.Stream) int {
 	return cmp.Or(cmp.Compare(liveScore(b), liveScore(a)), cmp.Compare(b.StreamID, a.StreamID))
 }
 
-// A snapshot is the session's live and preview streams in feed order, one
-// fixed-size record each: stream_id, host_id, state (0 preview, 1 live),
-// scheduled_start, started_at (0 for a preview), big-endian.
-const snapshotRecord = 8 + 8 + 1 + 8 + 8
+// liveKey is a snapshot stream's position in feed order, as a key that
+// sorts as compareLive does: score, then stream id.
+func liveKey(st feed.Stream) feed.Key {
+	return feed.Key{PublishTime: liveScore(st), ContentID: st.StreamID}
+}
 
-func encodeSnapshot(snap []feed.Stream) []byte {
-	b := make([]byte, 0, len(snap)*snapshotRecord)
-	for _, st := range snap {
-		b = binary.BigEndian.AppendUint64(b, st.StreamID)
-		b = binary.BigEndian.AppendUint64(b, st.HostID)
-		var live byte
-		var started int64
-		if st.StartedAt != nil {
-			live, started = 1, *st.StartedAt
-		}
-		b = append(b, live)
-		b = binary.BigEndian.AppendUint64(b, uint64(st.ScheduledStart))
-		b = binary.BigEndian.AppendUint64(b, uint64(started))
+// A session's seen streams are 9-byte records: stream_id (big-endian),
+// then the state the first page showed it in (0 none, 1 preview, 2 live).
+const seenRecord = 8 + 1
+
+var seenStates = []string{"", feed.StreamPreview, feed.StreamLive}
+
+func encodeSeen(seen map[uint64]string) []byte {
+	b := make([]byte, 0, len(seen)*seenRecord)
+	for id, state := range seen {
+		b = binary.BigEndian.AppendUint64(b, id)
+		b = append(b, byte(slices.Index(seenStates, state)))
 	}
 	return b
 }
 
-func decodeSnapshot(b []byte) ([]feed.Stream, error) {
-	if len(b)%snapshotRecord != 0 {
-		return nil, feed.Errorf(feed.EINTERNAL, "snapshot of %d bytes", len(b))
+func decodeSeen(b []byte) (map[uint64]string, error) {
+	if len(b)%seenRecord != 0 {
+		return nil, feed.Errorf(feed.EINTERNAL, "session of %d bytes", len(b))
 	}
-	out := make([]feed.Stream, 0, len(b)/snapshotRecord)
-	for ; len(b) > 0; b = b[snapshotRecord:] {
-		st := feed.Stream{
-			StreamID:       binary.BigEndian.Uint64(b),
-			HostID:         binary.BigEndian.Uint64(b[8:]),
-			State:          feed.StreamPreview,
-			ScheduledStart: int64(binary.BigEndian.Uint64(b[17:])),
+	seen := make(map[uint64]string, len(b)/seenRecord)
+	for ; len(b) > 0; b = b[seenRecord:] {
+		if int(b[8]) >= len(seenStates) {
+			return nil, feed.Errorf(feed.EINTERNAL, "session state %d", b[8])
 		}
-		if b[16] == 1 {
-			started := int64(binary.BigEndian.Uint64(b[25:]))
-			st.State, st.StartedAt = feed.StreamLive, &started
-		}
-		out = append(out, st)
+		seen[binary.BigEndian.Uint64(b)] = seenStates[b[8]]
 	}
-	return out, nil
+	return seen, nil
 }
 
-// decodeLiveCursor parses a live page's cursor: an offset into the
-// snapshot, or the key of the last replay shown.
+// decodeLiveCursor parses a live page's cursor: the key (liveKey) of the
+// last snapshot stream shown, or the key of the last replay shown.
 //
 // Returns EINVALID for anything else.
 func decodeLiveCursor(c string) (pos feed.Key, inReplays bool, err error) {
@@ -443,7 +494,7 @@ func decodeLiveCursor(c string) (pos feed.Key, inReplays bool, err error) {
 		return pos, true, nil
 	}
 	pos, err = decodeCursor(cursorLiveSnapshot, c, feed.Key{})
-	if err == nil && (pos.PublishTime < 1 || pos.ContentID != 0) {
+	if err == nil && pos.ContentID == 0 {
 		err = feed.Errorf(feed.EINVALID, "malformed cursor")
 	}
 	return pos, false, err
@@ -456,6 +507,7 @@ type liveMetrics struct {
 	dropped         prometheus.Counter
 	cleaned         prometheus.Counter
 	snapshotStreams prometheus.Histogram
+	seenStreams     prometheus.Histogram
 	replaysTrimmed  prometheus.Counter
 }
 
@@ -470,9 +522,12 @@ func newLiveMetrics(reg prometheus.Registerer) *liveMetrics {
 		snapshotStreams: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "feed_live_snapshot_streams", Help: "Live and preview streams one session's snapshot holds.",
 			Buckets: []float64{0, 1, 2, 5, 10, 20, 50, 100, 500}}),
+		seenStreams: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "feed_live_session_streams", Help: "Streams one session stores: those its first page saw in another state than their transitions' times give for the snapshot's time.",
+			Buckets: []float64{0, 1, 2, 5, 10, 20, 50, 100, 500}}),
 		replaysTrimmed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "feed_replays_trimmed_rows_total", Help: "Replays-list rows removed by retention."}),
 	}
-	reg.MustRegister(m.sessions, m.dropped, m.cleaned, m.snapshotStreams, m.replaysTrimmed)
+	reg.MustRegister(m.sessions, m.dropped, m.cleaned, m.snapshotStreams, m.seenStreams, m.replaysTrimmed)
 	return m
 }

@@ -226,22 +226,23 @@ func TestLiveBadInput(t *testing.T) {
 	zero, future := int64(0), time.Now().Add(time.Hour).UnixMilli()
 	first := k.page(1, 5, "", "")
 	for name, err := range map[string]error{
-		"no scheduled_start": second(h.svc.CreateStream(ctx, service.StreamInput{HostID: 5, StreamID: 51})),
-		"zero scheduled":     second(h.svc.CreateStream(ctx, service.StreamInput{HostID: 5, StreamID: 51, ScheduledStart: &zero})),
-		"zero started_at":    only(h.svc.StartStream(ctx, 5, 50, &zero)),
-		"future started_at":  only(h.svc.StartStream(ctx, 5, 50, &future)),
-		"limit 0":            only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 0}, "")),
-		"cursor, no session": only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAA"}, "")),
-		"session, no cursor": only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5}, first.Session)),
-		"malformed session":  only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAA"}, "x1")),
-		"malformed cursor":   only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "nope"}, first.Session)),
-		"a feed cursor":      only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AWYAAAAAAAAAAQAAAAAAAAAA"}, first.Session)),
+		"no scheduled_start":    second(h.svc.CreateStream(ctx, service.StreamInput{HostID: 5, StreamID: 51})),
+		"zero scheduled":        second(h.svc.CreateStream(ctx, service.StreamInput{HostID: 5, StreamID: 51, ScheduledStart: &zero})),
+		"zero started_at":       only(h.svc.StartStream(ctx, 5, 50, &zero)),
+		"future started_at":     only(h.svc.StartStream(ctx, 5, 50, &future)),
+		"limit 0":               only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 0}, "")),
+		"cursor, no session":    only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAB"}, "")),
+		"session, no cursor":    only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5}, first.Session)),
+		"malformed session":     only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAB"}, "x1")),
+		"a cursor of no stream": only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAA"}, first.Session)),
+		"malformed cursor":      only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "nope"}, first.Session)),
+		"a feed cursor":         only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AWYAAAAAAAAAAQAAAAAAAAAA"}, first.Session)),
 	} {
 		if feed.ErrorCode(err) != feed.EINVALID {
 			t.Errorf("%s: %v, want invalid_argument", name, err)
 		}
 	}
-	if _, err := h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAA"}, "12345"); feed.ErrorCode(err) != feed.ESESSION {
+	if _, err := h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAB"}, "12345"); feed.ErrorCode(err) != feed.ESESSION {
 		t.Errorf("unknown session: %v, want session_expired", err)
 	}
 }
@@ -540,4 +541,90 @@ func countRows(t testing.TB, h *harness, table string) int {
 		total += n
 	}
 	return total
+}
+
+// TestLiveSessionStoresTime checks what a session keeps: the snapshot's
+// time, and only the streams whose transitions fall between that time and
+// the first page's read, as that read saw them. Streams changed long
+// before a first page cost its session nothing, however many; streams
+// started, ended and created just before it are stored, and later pages
+// (with more transitions between them) still show the first page's order.
+func TestLiveSessionStoresTime(t *testing.T) {
+	t.Parallel()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixMilli())
+	h := newHarness(t, harnessOpts{noWorkers: true, now: func() time.Time { return time.UnixMilli(clock.Load()) }})
+	k := liveKit{t, h}
+	const viewer = 1
+	hosts := []uint64{401, 402, 403, 404}
+	k.follow(viewer, hosts...)
+	id := uint64(1000)
+	for i := range 3 * store.MaxQueuedStreams {
+		id++
+		k.create(hosts[i%len(hosts)], id, int64(10_000+i))
+		if i%3 == 0 {
+			k.start(hosts[i%len(hosts)], id, int64(20_000+i))
+		}
+	}
+	sessionBytes := func() int {
+		t.Helper()
+		total := 0
+		for _, sh := range h.store.Shards() {
+			var n int
+			if err := sh.DB.Get(&n, "SELECT COALESCE(SUM(LENGTH(snapshot)), 0) FROM live_sessions"); err != nil {
+				t.Fatal(err)
+			}
+			total += n
+		}
+		return total
+	}
+	clock.Add(time.Minute.Milliseconds())
+	for range 20 {
+		k.page(viewer, 5, "", "")
+	}
+	if n := sessionBytes(); n != 0 {
+		t.Fatalf("first pages over %d streams changed a minute before stored %d bytes, want 0", id-1000, n)
+	}
+
+	// Within the lag before a first page: a start, an end, a creation.
+	k.start(hosts[1], 1002, 30_000)
+	k.end(hosts[0], 1001, 40_000)
+	k.create(hosts[2], 2000, 50_000)
+	clock.Add(1)
+	want := k.walk(viewer, 100)
+	first := k.page(viewer, 7, "", "")
+	var rows []struct {
+		Snapshot []byte `db:"snapshot"`
+	}
+	if err := h.store.ShardOf(viewer).DB.Select(&rows, "SELECT snapshot FROM live_sessions WHERE user_id = ? AND session_id = ?", viewer, first.Session); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || len(rows[0].Snapshot) != 3*9 {
+		t.Fatalf("session of a first page after 3 recent transitions: %v, want one of 27 bytes", rows)
+	}
+
+	var previews []uint64 // of hosts[2]
+	for i := 2; len(previews) < 8; i += len(hosts) {
+		if i%3 != 0 {
+			previews = append(previews, uint64(1001+i))
+		}
+	}
+	got, p := first.Items, first
+	for step := 0; p.Next != ""; step++ {
+		// Between pages: start a preview, end a live stream, create one.
+		if step < 8 {
+			k.start(hosts[2], previews[step], int64(60_000+step))
+			k.end(hosts[3], uint64(1004+12*step), int64(70_000+step))
+			k.create(hosts[3], uint64(3000+step), int64(80_000+step))
+		}
+		clock.Add(time.Second.Milliseconds())
+		p = k.page(viewer, 7, first.Session, p.Next)
+		got = append(got, p.Items...)
+		if step == 0 {
+			clock.Add(time.Minute.Milliseconds())
+		}
+	}
+	if show(got) != show(want) {
+		t.Fatalf("session\n got %s\nwant %s", show(got), show(want))
+	}
 }

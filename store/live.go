@@ -26,7 +26,13 @@ const ReplayKind = "@replay"
 // together.
 const MaxQueuedStreams = 50
 
-const streamCols = `host_id, stream_id, state, scheduled_start, started_at, ended_at, list, deleted`
+// TransitionBound bounds a stream's creation, start and end: each commits
+// within it of the server time it records (created_at, started_srv,
+// ended_srv), or rolls back, so a reader that waits this long after a time
+// sees every transition recorded at or before it.
+const TransitionBound = 5 * time.Second
+
+const streamCols = `host_id, stream_id, state, scheduled_start, started_at, ended_at, list, deleted, created_at, started_srv, ended_srv`
 
 type streamRow struct {
 	HostID         uint64        `db:"host_id"`
@@ -37,6 +43,24 @@ type streamRow struct {
 	EndedAt        sql.NullInt64 `db:"ended_at"`
 	List           int           `db:"list"`
 	Deleted        bool          `db:"deleted"`
+	CreatedAt      int64         `db:"created_at"`
+	StartedSrv     int64         `db:"started_srv"`
+	EndedSrv       int64         `db:"ended_srv"`
+}
+
+// TimedStream is a stream with the server's times of its transitions (Unix
+// ms by feedd's clock; 0 for one not made, or made before the times were
+// kept), from which a live page takes the stream's state as of a session's
+// snapshot.
+type TimedStream struct {
+	feed.Stream
+	CreatedAt  int64
+	StartedSrv int64
+	EndedSrv   int64
+}
+
+func (r streamRow) timed() TimedStream {
+	return TimedStream{Stream: r.stream(), CreatedAt: r.CreatedAt, StartedSrv: r.StartedSrv, EndedSrv: r.EndedSrv}
 }
 
 func (r streamRow) stream() feed.Stream {
@@ -72,7 +96,8 @@ const countQueueSQL = `SELECT COUNT(*) FROM streams WHERE host_id = ? AND list =
 // stream or a deleted stream, ELIMIT when the host has MaxQueuedStreams
 // previews and live streams.
 func (s *Store) CreateStream(ctx context.Context, st feed.Stream, now int64) (stored feed.Stream, created bool, err error) {
-	ctx = s.pin(ctx)
+	ctx, cancel := context.WithTimeout(s.pin(ctx), TransitionBound)
+	defer cancel()
 	home := s.ShardOf(st.HostID)
 	claimHome, err := s.claimAway(ctx, home, feed.Post{ContentID: st.StreamID, AuthorID: st.HostID}, now)
 	if err != nil {
@@ -116,9 +141,9 @@ func (s *Store) CreateStream(ctx context.Context, st feed.Stream, now int64) (st
 	return stored, created, wrap("create stream", err)
 }
 
-const startStreamSQL = `UPDATE streams SET state = ` + streamLiveSQL + `, started_at = ?, pos = ? WHERE host_id = ? AND stream_id = ?`
+const startStreamSQL = `UPDATE streams SET state = ` + streamLiveSQL + `, started_at = ?, pos = ?, started_srv = ? WHERE host_id = ? AND stream_id = ?`
 
-const endStreamSQL = `UPDATE streams SET state = ` + streamReplaySQL + `, ended_at = ?, list = ` + listReplaysSQL + `, pos = ? WHERE host_id = ? AND stream_id = ?`
+const endStreamSQL = `UPDATE streams SET state = ` + streamReplaySQL + `, ended_at = ?, list = ` + listReplaysSQL + `, pos = ?, ended_srv = ? WHERE host_id = ? AND stream_id = ?`
 
 // unparkDeliverySQL turns an ended stream's parked delivery into a pending
 // one, the outbox event that fans the replay out.
@@ -129,31 +154,33 @@ const unparkDeliverySQL = `UPDATE deliveries SET state = ` + deliveryPendingSQL 
 // (PurgeTombstones).
 const retireParkedSQL = `UPDATE deliveries SET state = ` + deliveryDoneSQL + `, retract = 1, claimed_until = ? WHERE content_id = ? AND state = ` + deliveryParkedSQL
 
-// StartStream takes a preview live at startedAt.
+// StartStream takes a preview live at startedAt, the server's clock
+// reading now.
 //
 // Returns ENOTFOUND for a stream the host does not have (or deleted),
 // ECONFLICT unless it is a preview.
-func (s *Store) StartStream(ctx context.Context, hostID, streamID uint64, startedAt int64) (feed.Stream, error) {
+func (s *Store) StartStream(ctx context.Context, hostID, streamID uint64, startedAt, now int64) (feed.Stream, error) {
 	return s.moveStream(ctx, hostID, streamID, streamPreview, func(tx *sqlx.Tx, row *streamRow) error {
 		row.State, row.StartedAt = streamLive, sql.NullInt64{Int64: startedAt, Valid: true}
-		_, err := tx.ExecContext(ctx, startStreamSQL, startedAt, startedAt, hostID, streamID)
+		_, err := tx.ExecContext(ctx, startStreamSQL, startedAt, startedAt, now, hostID, streamID)
 		return err
 	})
 }
 
-// EndStream ends a live stream at endedAt: it moves to the host's replay
-// list and its delivery, in the same transaction, becomes pending, so the
-// replay reaches the followers' replays lists by the posts' fan-out.
+// EndStream ends a live stream at endedAt, the server's clock reading now:
+// it moves to the host's replay list and its delivery, in the same
+// transaction, becomes pending, so the replay reaches the followers'
+// replays lists by the posts' fan-out.
 //
 // Returns ENOTFOUND for a stream the host does not have (or deleted),
 // ECONFLICT unless it is live, EINVALID if endedAt is before its start.
-func (s *Store) EndStream(ctx context.Context, hostID, streamID uint64, endedAt int64) (feed.Stream, error) {
+func (s *Store) EndStream(ctx context.Context, hostID, streamID uint64, endedAt, now int64) (feed.Stream, error) {
 	return s.moveStream(ctx, hostID, streamID, streamLive, func(tx *sqlx.Tx, row *streamRow) error {
 		if endedAt < row.StartedAt.Int64 {
 			return feed.Errorf(feed.EINVALID, "ended_at must not be before started_at (%d)", row.StartedAt.Int64)
 		}
 		row.State, row.EndedAt = streamReplay, sql.NullInt64{Int64: endedAt, Valid: true}
-		if _, err := tx.ExecContext(ctx, endStreamSQL, endedAt, endedAt, hostID, streamID); err != nil {
+		if _, err := tx.ExecContext(ctx, endStreamSQL, endedAt, endedAt, now, hostID, streamID); err != nil {
 			return err
 		}
 		_, err := tx.ExecContext(ctx, unparkDeliverySQL, endedAt, streamID)
@@ -164,7 +191,8 @@ func (s *Store) EndStream(ctx context.Context, hostID, streamID uint64, endedAt 
 // moveStream locks a stream of the host, checks that it is in state from
 // and applies move to it, in one transaction on the host's shard.
 func (s *Store) moveStream(ctx context.Context, hostID, streamID uint64, from int, move func(tx *sqlx.Tx, row *streamRow) error) (feed.Stream, error) {
-	ctx = s.pin(ctx)
+	ctx, cancel := context.WithTimeout(s.pin(ctx), TransitionBound)
+	defer cancel()
 	var out feed.Stream
 	err := s.ShardOf(hostID).inTx(ctx, func(tx *sqlx.Tx) error {
 		row, err := lockStream(ctx, tx, hostID, streamID)
@@ -239,28 +267,35 @@ func (s *Store) GetStream(ctx context.Context, hostID, streamID uint64) (feed.St
 	return row.stream(), wrap("get stream", err)
 }
 
-// queueChunk bounds the hosts of one queue statement: MariaDB turns an IN
-// list of 1,000 values into a join.
+// queueChunk bounds the hosts of one snapshot statement: MariaDB turns an
+// IN list of 1,000 values into a join.
 const queueChunk = 500
 
-// queuesSQL reads the queues of many hosts, one range of idx_streams_list
-// per host.
-const queuesSQL = `SELECT ` + streamCols + ` FROM streams WHERE host_id IN (?) AND list = ` + listQueueSQL
+// snapshotStreamsSQL reads, for many hosts, their queues (one range of
+// idx_streams_list per host) and their replays that ended after a server
+// time (one range of idx_streams_ended per host).
+const snapshotStreamsSQL = `SELECT ` + streamCols + ` FROM streams WHERE host_id IN (?) AND list = ` + listQueueSQL + `
+UNION ALL
+SELECT ` + streamCols + ` FROM streams WHERE host_id IN (?) AND ended_srv > ? AND list = ` + listReplaysSQL
 
-// StreamQueues returns the previews and live streams of the hosts, in no
-// particular order: each host's queue is one index range, and the hosts of
-// a database are read with one statement per 500, the databases in
-// parallel, each within timeout when it is above zero.
+// SnapshotStreams returns the hosts' streams that a live session's
+// snapshot at server time since can hold, in no particular order: their
+// previews and live streams, and their replays that ended after since.
+// The hosts of a database are read with one statement per 500, the
+// databases in parallel, each within timeout when it is above zero.
 //
 // Returns EUNAVAILABLE if a database holding some host fails.
-func (s *Store) StreamQueues(ctx context.Context, hosts []uint64, timeout time.Duration) ([]feed.Stream, error) {
-	return readStreams(ctx, s, hostSources(hosts, feed.Key{}), listQueue, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
+func (s *Store) SnapshotStreams(ctx context.Context, hosts []uint64, since int64, timeout time.Duration) ([]TimedStream, error) {
+	keep := func(r streamRow) bool {
+		return r.List == listQueue || (r.List == listReplays && r.EndedSrv > since)
+	}
+	return readStreams(ctx, s, hostSources(hosts, feed.Key{}), keep, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
 		return runChunks(ctx, chunked(srcs, queueChunk), func(ctx context.Context, chunk []PullSource) ([]streamRow, int, error) {
 			ids := make([]uint64, len(chunk))
 			for i, src := range chunk {
 				ids[i] = src.AuthorID
 			}
-			q, args, err := sqlx.In(queuesSQL, ids)
+			q, args, err := sqlx.In(snapshotStreamsSQL, ids, ids, since)
 			if err != nil {
 				return nil, 0, err
 			}
@@ -285,7 +320,8 @@ ORDER BY pos DESC, stream_id DESC LIMIT ?)`
 //
 // Returns EUNAVAILABLE if a database holding some host fails.
 func (s *Store) HostReplays(ctx context.Context, sources []PullSource, limit int, timeout time.Duration) ([]feed.Stream, error) {
-	return readStreams(ctx, s, sources, listReplays, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
+	keep := func(r streamRow) bool { return r.List == listReplays }
+	timed, err := readStreams(ctx, s, sources, keep, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
 		return runChunks(ctx, chunked(srcs, pullChunk), func(ctx context.Context, chunk []PullSource) ([]streamRow, int, error) {
 			parts := make([]string, len(chunk))
 			args := make([]any, 0, 5*len(chunk))
@@ -298,6 +334,11 @@ func (s *Store) HostReplays(ctx context.Context, sources []PullSource, limit int
 			return rows, 1, err
 		})
 	})
+	streams := make([]feed.Stream, len(timed))
+	for i, t := range timed {
+		streams[i] = t.Stream
+	}
+	return streams, err
 }
 
 // hostSources names each host as a source read below before.
@@ -313,13 +354,14 @@ func hostSources(hosts []uint64, before feed.Key) []PullSource {
 // readShards) and fails the whole read if any database failed: a live
 // feed page has no partial form.
 //
-// read selects the rows of one list by idx_streams_list; those whose row
-// is in another list are dropped. A server reads an index entry and its
-// row at one snapshot, so none should be, but TiDB's in-process unistore
-// engine can pair the index entry a commit wrote with the row from before
-// that commit, and a replay without an end would follow.
-func readStreams(ctx context.Context, s *Store, sources []PullSource, list int, timeout time.Duration,
-	read func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error)) ([]feed.Stream, error) {
+// read selects rows by an index of streams; those that keep does not take
+// (a row in another list than its index entry said) are dropped. A server
+// reads an index entry and its row at one snapshot, so none should be, but
+// TiDB's in-process unistore engine can pair the index entry a commit
+// wrote with the row from before that commit, and a replay without an end
+// would follow.
+func readStreams(ctx context.Context, s *Store, sources []PullSource, keep func(streamRow) bool, timeout time.Duration,
+	read func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error)) ([]TimedStream, error) {
 	rows, out, err := readShards(ctx, s, sources, timeout, read)
 	if err != nil {
 		return nil, err
@@ -327,10 +369,10 @@ func readStreams(ctx context.Context, s *Store, sources []PullSource, list int, 
 	if out.Err != nil {
 		return nil, errors.Join(feed.Errorf(feed.EUNAVAILABLE, "a database of the followed hosts is unavailable"), out.Err)
 	}
-	streams := make([]feed.Stream, 0, len(rows))
+	streams := make([]TimedStream, 0, len(rows))
 	for _, r := range rows {
-		if r.List == list {
-			streams = append(streams, r.stream())
+		if keep(r) {
+			streams = append(streams, r.timed())
 		}
 	}
 	return streams, nil
@@ -339,13 +381,13 @@ func readStreams(ctx context.Context, s *Store, sources []PullSource, list int, 
 // LiveStreams returns, by id, those of the given streams (named by host and
 // id) that are not deleted, as they are now, with one statement per
 // database of their hosts.
-func (s *Store) LiveStreams(ctx context.Context, streams []feed.Stream) (map[uint64]feed.Stream, error) {
+func (s *Store) LiveStreams(ctx context.Context, streams []feed.Stream) (map[uint64]TimedStream, error) {
 	byShard := map[*Shard][]any{}
 	for _, st := range streams {
 		sh := s.ShardOf(st.HostID)
 		byShard[sh] = append(byShard[sh], st.HostID, st.StreamID)
 	}
-	out := make(map[uint64]feed.Stream, len(streams))
+	out := make(map[uint64]TimedStream, len(streams))
 	for sh, args := range byShard {
 		q := "SELECT " + streamCols + " FROM streams WHERE deleted = 0 AND ((host_id = ? AND stream_id = ?)" +
 			strings.Repeat(" OR (host_id = ? AND stream_id = ?)", len(args)/2-1) + ")"
@@ -354,7 +396,7 @@ func (s *Store) LiveStreams(ctx context.Context, streams []feed.Stream) (map[uin
 			return nil, wrap("live streams", err)
 		}
 		for _, r := range rows {
-			out[r.StreamID] = r.stream()
+			out[r.StreamID] = r.timed()
 		}
 	}
 	return out, nil

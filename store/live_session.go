@@ -10,7 +10,7 @@ import (
 	"github.com/feedhq/feed"
 )
 
-const insertLiveSessionSQL = `INSERT INTO live_sessions (user_id, session_id, expires_at, snapshot) VALUES (?, ?, ?, ?)`
+const insertLiveSessionSQL = `INSERT INTO live_sessions (user_id, session_id, expires_at, snapshot_at, snapshot) VALUES (?, ?, ?, ?, ?)`
 
 // expiredSessionsSQL reads a few expired sessions of the database, oldest
 // first, without locks; clean-up then deletes each by its primary key.
@@ -18,7 +18,7 @@ const expiredSessionsSQL = `SELECT user_id, session_id FROM live_sessions WHERE 
 
 const deleteExpiredSessionSQL = `DELETE FROM live_sessions WHERE user_id = ? AND session_id = ? AND expires_at < ?`
 
-const getLiveSessionSQL = `SELECT expires_at, snapshot FROM live_sessions WHERE user_id = ? AND session_id = ?`
+const getLiveSessionSQL = `SELECT expires_at, snapshot_at, snapshot FROM live_sessions WHERE user_id = ? AND session_id = ?`
 
 // viewerSessionsSQL lists a viewer's sessions, newest first (every session
 // lasts the same TTL), a bounded few: the viewer keeps at most
@@ -37,7 +37,8 @@ const MaxLiveSessions = 8
 // sessions are created, and few, so a first page pays little for them.
 const SessionCleanup = 2
 
-// CreateLiveSession stores a viewer's session with its snapshot, drops the
+// CreateLiveSession stores a viewer's session with the server time of its
+// snapshot and what the first page saw otherwise (snapshot), drops the
 // viewer's sessions past the newest MaxLiveSessions, then deletes up to
 // SessionCleanup expired sessions of the viewer's database (any viewer's),
 // each by its primary key in a statement of its own, so the clean-up locks
@@ -47,9 +48,9 @@ const SessionCleanup = 2
 // creation stops. First pages of one viewer at the same instant may each
 // miss the other's new session and leave one more than MaxLiveSessions
 // until the viewer's next first page.
-func (s *Store) CreateLiveSession(ctx context.Context, userID, sessionID uint64, expiresAt int64, snapshot []byte, now int64) (dropped, cleaned int, err error) {
+func (s *Store) CreateLiveSession(ctx context.Context, userID, sessionID uint64, expiresAt, snapshotAt int64, snapshot []byte, now int64) (dropped, cleaned int, err error) {
 	db := s.ShardOf(userID).pool(ctx)
-	if _, err := db.ExecContext(ctx, insertLiveSessionSQL, userID, sessionID, expiresAt, snapshot); err != nil {
+	if _, err := db.ExecContext(ctx, insertLiveSessionSQL, userID, sessionID, expiresAt, snapshotAt, snapshot); err != nil {
 		return 0, 0, wrap("create live session", err)
 	}
 	var mine []uint64
@@ -94,17 +95,20 @@ func deleteExpired[K any](ctx context.Context, db *sqlx.DB, list, del string, no
 	return deleted, nil
 }
 
-// GetLiveSession returns the snapshot of a viewer's session.
+// GetLiveSession returns a viewer's session: the server time of its
+// snapshot and what CreateLiveSession stored with it.
 //
-// Returns ESESSION if the session is unknown or expired at now.
-func (s *Store) GetLiveSession(ctx context.Context, userID, sessionID uint64, now int64) ([]byte, error) {
+// Returns ESESSION if the session is unknown, expired at now, or stored in
+// an earlier format (no snapshot time).
+func (s *Store) GetLiveSession(ctx context.Context, userID, sessionID uint64, now int64) (snapshotAt int64, snapshot []byte, err error) {
 	var row struct {
-		ExpiresAt int64  `db:"expires_at"`
-		Snapshot  []byte `db:"snapshot"`
+		ExpiresAt  int64         `db:"expires_at"`
+		SnapshotAt sql.NullInt64 `db:"snapshot_at"`
+		Snapshot   []byte        `db:"snapshot"`
 	}
-	err := sqlx.GetContext(ctx, s.ShardOf(userID).pool(ctx), &row, getLiveSessionSQL, userID, sessionID)
-	if errors.Is(err, sql.ErrNoRows) || (err == nil && row.ExpiresAt < now) {
-		return nil, feed.Errorf(feed.ESESSION, "session expired or unknown: start again from the first page")
+	err = sqlx.GetContext(ctx, s.ShardOf(userID).pool(ctx), &row, getLiveSessionSQL, userID, sessionID)
+	if errors.Is(err, sql.ErrNoRows) || (err == nil && (row.ExpiresAt < now || !row.SnapshotAt.Valid)) {
+		return 0, nil, feed.Errorf(feed.ESESSION, "session expired or unknown: start again from the first page")
 	}
-	return row.Snapshot, wrap("get live session", err)
+	return row.SnapshotAt.Int64, row.Snapshot, wrap("get live session", err)
 }

@@ -256,7 +256,8 @@ func (r *report) renderLive(p func(string, ...any)) {
 	}
 	p("%d hosts, each with one live stream, two previews and %d replays (fanned out by the service to its", res.Hosts, liveReplays)
 	p("followers); %d viewers following 5, 10 and 100 of them. A first page reads the followed hosts, their", res.ViewersPerClass)
-	p("queues (one statement), merges them, stores the snapshot as one session row and, when the snapshot")
+	p("queues and replays ended in the last 10 s (one statement), merges them, stores the snapshot's time as")
+	p("one session row (with the streams that changed within those 10 s) and, when the snapshot")
 	p("leaves the page short (5 hosts: 15 streams for a page of 20), reads the replays; the ceiling is the")
 	p("followed hosts and queues read and merged in raw SQL, without the session's write or the replays.")
 	p("Service calls without HTTP, %d clients.", r.Opt.Clients)
@@ -273,8 +274,8 @@ func (r *report) renderLive(p func(string, ...any)) {
 			msStr(percentile(run.Service.Latency, 0.5)), p99(run.Service.Latency), ceil, ratio)
 	}
 	p("")
-	p("Sessions: one `live_sessions` row each, %s stored after the runs, %.0f bytes of snapshot on average", count(int(res.Sessions)), res.SnapshotBytes)
-	p("(33 bytes a stream). Clean-up: with every stored session expired, 10-host first pages ran at %.0f/s,", res.CleanupRate)
+	p("Sessions: one `live_sessions` row each, %s stored after the runs, %.0f bytes of streams on average", count(int(res.Sessions)), res.SnapshotBytes)
+	p("(9 bytes a stream that changed within 10 s before its first page). Clean-up: with every stored session expired, 10-host first pages ran at %.0f/s,", res.CleanupRate)
 	p("each deleting %.2f expired sessions, against %.0f/s just before with none expired.", res.CleanupRows, res.CleanupBase)
 	p("")
 }

@@ -63,6 +63,9 @@ func ServerDSN(t testing.TB) string {
 		if serverDSN, serverErr = discover(); serverErr == nil {
 			serverTiDB, serverErr = isTiDB(serverDSN)
 		}
+		if serverErr == nil && !serverTiDB {
+			raiseConnections(serverDSN) // TiDB's 0 is no limit
+		}
 	})
 	if serverErr != nil {
 		t.Fatalf("storetest: no MySQL server: %v", serverErr)
@@ -77,6 +80,24 @@ func TiDB(t testing.TB) bool {
 	t.Helper()
 	ServerDSN(t)
 	return serverTiDB
+}
+
+// minConnections is what the tests of one `go test ./...` can hold of the
+// server at once: test packages run in parallel, each test with its own
+// stores and pools. Below it (151 is MariaDB's and MySQL's default) a busy
+// moment fails tests with error 1040, too many connections.
+const minConnections = 500
+
+// raiseConnections raises the server's max_connections to minConnections,
+// best effort: a user without the privilege, or a server without the
+// setting, keeps what it has.
+func raiseConnections(dsn string) {
+	db, err := sqlx.Open("mysql", dsn)
+	if err != nil {
+		return
+	}
+	defer db.Close()
+	_, _ = db.Exec(fmt.Sprintf("SET GLOBAL max_connections = GREATEST(@@max_connections, %d)", minConnections))
 }
 
 func isTiDB(dsn string) (bool, error) {
