@@ -45,6 +45,15 @@ DEALLOCATE PREPARE feed_ddl;
 ALTER TABLE live_sessions MODIFY COLUMN snapshot MEDIUMBLOB NOT NULL COMMENT 'the streams whose state the first page saw other than their server times give as of snapshot_at: 9-byte records (stream_id, state: 0 not shown, 1 preview, 2 live)';
 
 -- +goose Down
+-- Sessions of this format would read as empty snapshots: they go.
+SET @feed_ddl = IF((SELECT COUNT(*) FROM information_schema.columns
+    WHERE table_schema = DATABASE() AND table_name = 'live_sessions' AND column_name = 'snapshot_at') > 0,
+  'DELETE FROM live_sessions WHERE snapshot_at IS NOT NULL',
+  'DO 0');
+PREPARE feed_ddl FROM @feed_ddl;
+EXECUTE feed_ddl;
+DEALLOCATE PREPARE feed_ddl;
+
 ALTER TABLE live_sessions MODIFY COLUMN snapshot MEDIUMBLOB NOT NULL COMMENT 'the live and preview streams of the followed hosts at the first page, in feed order: 33-byte records (stream_id, host_id, state, scheduled_start, started_at)';
 
 SET @feed_ddl = IF((SELECT COUNT(*) FROM information_schema.columns

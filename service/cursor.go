@@ -15,8 +15,9 @@ const (
 	cursorFollowers byte = 'r'
 	cursorMuted     byte = 'm'
 	cursorHidden    byte = 'h'
-	// A live feed's cursor is an offset into its session's snapshot or,
-	// past it, the key of the last replay shown.
+	// A live feed's cursor is the position (score, stream id) of the last
+	// snapshot stream shown or, past the snapshot, the key of the last
+	// replay shown.
 	cursorLiveSnapshot byte = 's'
 	cursorLiveReplays  byte = 'y'
 )

@@ -33,10 +33,9 @@ func (s *Service) CreateStream(ctx context.Context, in StreamInput) (feed.Stream
 	if in.ScheduledStart == nil || *in.ScheduledStart <= 0 {
 		return feed.Stream{}, false, feed.Errorf(feed.EINVALID, "scheduled_start must be a positive Unix millisecond time")
 	}
-	now := s.now().UnixMilli()
 	st := feed.Stream{HostID: in.HostID, StreamID: in.StreamID, ScheduledStart: *in.ScheduledStart}
 	if in.StreamID != 0 {
-		stored, created, err := s.store.CreateStream(ctx, st, now)
+		stored, created, err := s.store.CreateStream(ctx, st, s.now().UnixMilli())
 		if err == nil && !created && stored.ScheduledStart != st.ScheduledStart {
 			return feed.Stream{}, false, feed.Errorf(feed.ECONFLICT, "stream %d exists with other fields", in.StreamID)
 		}
@@ -45,8 +44,10 @@ func (s *Service) CreateStream(ctx context.Context, in StreamInput) (feed.Stream
 	// Stream ids are drawn as content ids are (they share the space); a
 	// collision is drawn again.
 	for range 3 {
+		// Each try records its own time: a creation commits within
+		// store.TransitionBound of the time it records.
 		st.StreamID = s.homeID(in.HostID)
-		stored, created, err := s.store.CreateStream(ctx, st, now)
+		stored, created, err := s.store.CreateStream(ctx, st, s.now().UnixMilli())
 		if feed.ErrorCode(err) == feed.ECONFLICT || (err == nil && !created) {
 			continue
 		}
@@ -488,14 +489,16 @@ func decodeSeen(b []byte) (map[uint64]string, error) {
 // decodeLiveCursor parses a live page's cursor: the key (liveKey) of the
 // last snapshot stream shown, or the key of the last replay shown.
 //
-// Returns EINVALID for anything else.
+// Returns ESESSION for a snapshot cursor of no stream (an offset, the
+// cursors of sessions stored in an earlier format), EINVALID for anything
+// else.
 func decodeLiveCursor(c string) (pos feed.Key, inReplays bool, err error) {
 	if pos, err = decodeCursor(cursorLiveReplays, c, store.Top); err == nil {
 		return pos, true, nil
 	}
 	pos, err = decodeCursor(cursorLiveSnapshot, c, feed.Key{})
 	if err == nil && pos.ContentID == 0 {
-		err = feed.Errorf(feed.EINVALID, "malformed cursor")
+		err = feed.Errorf(feed.ESESSION, "a cursor of an earlier session format: start again from the first page")
 	}
 	return pos, false, err
 }

@@ -226,17 +226,16 @@ func TestLiveBadInput(t *testing.T) {
 	zero, future := int64(0), time.Now().Add(time.Hour).UnixMilli()
 	first := k.page(1, 5, "", "")
 	for name, err := range map[string]error{
-		"no scheduled_start":    second(h.svc.CreateStream(ctx, service.StreamInput{HostID: 5, StreamID: 51})),
-		"zero scheduled":        second(h.svc.CreateStream(ctx, service.StreamInput{HostID: 5, StreamID: 51, ScheduledStart: &zero})),
-		"zero started_at":       only(h.svc.StartStream(ctx, 5, 50, &zero)),
-		"future started_at":     only(h.svc.StartStream(ctx, 5, 50, &future)),
-		"limit 0":               only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 0}, "")),
-		"cursor, no session":    only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAB"}, "")),
-		"session, no cursor":    only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5}, first.Session)),
-		"malformed session":     only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAB"}, "x1")),
-		"a cursor of no stream": only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAA"}, first.Session)),
-		"malformed cursor":      only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "nope"}, first.Session)),
-		"a feed cursor":         only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AWYAAAAAAAAAAQAAAAAAAAAA"}, first.Session)),
+		"no scheduled_start": second(h.svc.CreateStream(ctx, service.StreamInput{HostID: 5, StreamID: 51})),
+		"zero scheduled":     second(h.svc.CreateStream(ctx, service.StreamInput{HostID: 5, StreamID: 51, ScheduledStart: &zero})),
+		"zero started_at":    only(h.svc.StartStream(ctx, 5, 50, &zero)),
+		"future started_at":  only(h.svc.StartStream(ctx, 5, 50, &future)),
+		"limit 0":            only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 0}, "")),
+		"cursor, no session": only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAB"}, "")),
+		"session, no cursor": only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5}, first.Session)),
+		"malformed session":  only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAB"}, "x1")),
+		"malformed cursor":   only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "nope"}, first.Session)),
+		"a feed cursor":      only(h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AWYAAAAAAAAAAQAAAAAAAAAA"}, first.Session)),
 	} {
 		if feed.ErrorCode(err) != feed.EINVALID {
 			t.Errorf("%s: %v, want invalid_argument", name, err)
@@ -244,6 +243,11 @@ func TestLiveBadInput(t *testing.T) {
 	}
 	if _, err := h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAB"}, "12345"); feed.ErrorCode(err) != feed.ESESSION {
 		t.Errorf("unknown session: %v, want session_expired", err)
+	}
+	// An offset into a snapshot, the cursor of a session stored in an
+	// earlier format: start again.
+	if _, err := h.svc.LivePage(ctx, 1, feed.Page{Limit: 5, Cursor: "AXMAAAAAAAAAAQAAAAAAAAAA"}, first.Session); feed.ErrorCode(err) != feed.ESESSION {
+		t.Errorf("a cursor of an earlier format: %v, want session_expired", err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,10 +27,12 @@ const ReplayKind = "@replay"
 // together.
 const MaxQueuedStreams = 50
 
-// TransitionBound bounds a stream's creation, start and end: each commits
-// within it of the server time it records (created_at, started_srv,
-// ended_srv), or rolls back, so a reader that waits this long after a time
-// sees every transition recorded at or before it.
+// TransitionBound bounds a stream's creation, start and end: each runs its
+// statements within it of the server time it records (created_at,
+// started_srv, ended_srv) or rolls back, so a reader that waits longer
+// after a time sees every transition recorded at or before it, unless a
+// commit itself stalled past the bound (a disk flush or a replica's
+// acknowledgement that slow).
 const TransitionBound = 5 * time.Second
 
 const streamCols = `host_id, stream_id, state, scheduled_start, started_at, ended_at, list, deleted, created_at, started_srv, ended_srv`
@@ -282,14 +285,16 @@ SELECT ` + streamCols + ` FROM streams WHERE host_id IN (?) AND ended_srv > ? AN
 // snapshot at server time since can hold, in no particular order: their
 // previews and live streams, and their replays that ended after since.
 // The hosts of a database are read with one statement per 500, the
-// databases in parallel, each within timeout when it is above zero.
+// databases in parallel, each within timeout when it is above zero. A
+// stream both halves of the statement return (an index entry paired with
+// a newer row, see readStreams) is returned once.
 //
 // Returns EUNAVAILABLE if a database holding some host fails.
 func (s *Store) SnapshotStreams(ctx context.Context, hosts []uint64, since int64, timeout time.Duration) ([]TimedStream, error) {
 	keep := func(r streamRow) bool {
 		return r.List == listQueue || (r.List == listReplays && r.EndedSrv > since)
 	}
-	return readStreams(ctx, s, hostSources(hosts, feed.Key{}), keep, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
+	streams, err := readStreams(ctx, s, hostSources(hosts, feed.Key{}), keep, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
 		return runChunks(ctx, chunked(srcs, queueChunk), func(ctx context.Context, chunk []PullSource) ([]streamRow, int, error) {
 			ids := make([]uint64, len(chunk))
 			for i, src := range chunk {
@@ -304,6 +309,12 @@ func (s *Store) SnapshotStreams(ctx context.Context, hosts []uint64, since int64
 			return rows, 1, err
 		})
 	})
+	seen := make(map[uint64]bool, len(streams))
+	return slices.DeleteFunc(streams, func(t TimedStream) bool {
+		dup := seen[t.StreamID]
+		seen[t.StreamID] = true
+		return dup
+	}), err
 }
 
 // hostReplaysPartSQL is one host's part of a replays statement: its
