@@ -337,7 +337,7 @@ func (s *Service) replays(ctx context.Context, viewerID uint64, hosts []store.Ho
 		out, gone := make([]feed.Stream, 0, len(got)), false
 		for _, r := range got {
 			if st, ok := live[r.StreamID]; ok {
-				out = append(out, st.Stream)
+				out = append(out, st)
 			} else {
 				skip[r.StreamID], gone = true, true
 			}

@@ -294,7 +294,7 @@ func (s *Store) SnapshotStreams(ctx context.Context, hosts []uint64, since int64
 	keep := func(r streamRow) bool {
 		return r.List == listQueue || (r.List == listReplays && r.EndedSrv > since)
 	}
-	streams, err := readStreams(ctx, s, hostSources(hosts, feed.Key{}), keep, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
+	rows, err := readStreams(ctx, s, hostSources(hosts, feed.Key{}), keep, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
 		return runChunks(ctx, chunked(srcs, queueChunk), func(ctx context.Context, chunk []PullSource) ([]streamRow, int, error) {
 			ids := make([]uint64, len(chunk))
 			for i, src := range chunk {
@@ -309,12 +309,15 @@ func (s *Store) SnapshotStreams(ctx context.Context, hosts []uint64, since int64
 			return rows, 1, err
 		})
 	})
-	seen := make(map[uint64]bool, len(streams))
-	return slices.DeleteFunc(streams, func(t TimedStream) bool {
-		dup := seen[t.StreamID]
-		seen[t.StreamID] = true
-		return dup
-	}), err
+	streams := make([]TimedStream, 0, len(rows))
+	seen := make(map[uint64]bool, len(rows))
+	for _, r := range rows {
+		if !seen[r.StreamID] {
+			seen[r.StreamID] = true
+			streams = append(streams, r.timed())
+		}
+	}
+	return streams, err
 }
 
 // hostReplaysPartSQL is one host's part of a replays statement: its
@@ -332,7 +335,7 @@ ORDER BY pos DESC, stream_id DESC LIMIT ?)`
 // Returns EUNAVAILABLE if a database holding some host fails.
 func (s *Store) HostReplays(ctx context.Context, sources []PullSource, limit int, timeout time.Duration) ([]feed.Stream, error) {
 	keep := func(r streamRow) bool { return r.List == listReplays }
-	timed, err := readStreams(ctx, s, sources, keep, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
+	rows, err := readStreams(ctx, s, sources, keep, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error) {
 		return runChunks(ctx, chunked(srcs, pullChunk), func(ctx context.Context, chunk []PullSource) ([]streamRow, int, error) {
 			parts := make([]string, len(chunk))
 			args := make([]any, 0, 5*len(chunk))
@@ -345,9 +348,9 @@ func (s *Store) HostReplays(ctx context.Context, sources []PullSource, limit int
 			return rows, 1, err
 		})
 	})
-	streams := make([]feed.Stream, len(timed))
-	for i, t := range timed {
-		streams[i] = t.Stream
+	streams := make([]feed.Stream, len(rows))
+	for i, r := range rows {
+		streams[i] = r.stream()
 	}
 	return streams, err
 }
@@ -372,7 +375,7 @@ func hostSources(hosts []uint64, before feed.Key) []PullSource {
 // wrote with the row from before that commit, and a replay without an end
 // would follow.
 func readStreams(ctx context.Context, s *Store, sources []PullSource, keep func(streamRow) bool, timeout time.Duration,
-	read func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error)) ([]TimedStream, error) {
+	read func(ctx context.Context, sh *Shard, srcs []PullSource) ([]streamRow, int, error)) ([]streamRow, error) {
 	rows, out, err := readShards(ctx, s, sources, timeout, read)
 	if err != nil {
 		return nil, err
@@ -380,25 +383,19 @@ func readStreams(ctx context.Context, s *Store, sources []PullSource, keep func(
 	if out.Err != nil {
 		return nil, errors.Join(feed.Errorf(feed.EUNAVAILABLE, "a database of the followed hosts is unavailable"), out.Err)
 	}
-	streams := make([]TimedStream, 0, len(rows))
-	for _, r := range rows {
-		if keep(r) {
-			streams = append(streams, r.timed())
-		}
-	}
-	return streams, nil
+	return slices.DeleteFunc(rows, func(r streamRow) bool { return !keep(r) }), nil
 }
 
 // LiveStreams returns, by id, those of the given streams (named by host and
 // id) that are not deleted, as they are now, with one statement per
 // database of their hosts.
-func (s *Store) LiveStreams(ctx context.Context, streams []feed.Stream) (map[uint64]TimedStream, error) {
+func (s *Store) LiveStreams(ctx context.Context, streams []feed.Stream) (map[uint64]feed.Stream, error) {
 	byShard := map[*Shard][]any{}
 	for _, st := range streams {
 		sh := s.ShardOf(st.HostID)
 		byShard[sh] = append(byShard[sh], st.HostID, st.StreamID)
 	}
-	out := make(map[uint64]TimedStream, len(streams))
+	out := make(map[uint64]feed.Stream, len(streams))
 	for sh, args := range byShard {
 		q := "SELECT " + streamCols + " FROM streams WHERE deleted = 0 AND ((host_id = ? AND stream_id = ?)" +
 			strings.Repeat(" OR (host_id = ? AND stream_id = ?)", len(args)/2-1) + ")"
@@ -407,7 +404,7 @@ func (s *Store) LiveStreams(ctx context.Context, streams []feed.Stream) (map[uin
 			return nil, wrap("live streams", err)
 		}
 		for _, r := range rows {
-			out[r.StreamID] = r.timed()
+			out[r.StreamID] = r.stream()
 		}
 	}
 	return out, nil
