@@ -2,7 +2,9 @@ package service
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
+	"time"
 
 	"github.com/feedhq/feed"
 	"github.com/feedhq/feed/store"
@@ -114,10 +116,27 @@ func (s *Service) FollowMany(ctx context.Context, reqs []feed.FollowRequest) ([]
 	if len(edges) == 0 {
 		return out, nil
 	}
+	// The events go to this process's follow loops, claimed as queued,
+	// when they run and have room.
+	var lease store.EventLease
+	claimed, handing := time.Now(), s.handoff.reserve(len(edges))
+	if handing {
+		_, until := s.lease()
+		lease = store.EventLease{Token: rand.Uint64() | 1, Until: until}
+	}
 	created := false
-	for j, o := range s.store.FollowMany(ctx, edges, s.cfg.MaxFollowing, s.now().UnixMilli()) {
+	var handed []store.FollowEvent
+	for j, o := range s.store.FollowMany(ctx, edges, s.cfg.MaxFollowing, s.now().UnixMilli(), lease) {
 		out[idx[j]] = feed.FollowResult{Created: o.Created, Err: o.Err}
 		created = created || o.Created
+		if o.Event != nil {
+			handed = append(handed, *o.Event)
+		}
+	}
+	if handing {
+		for sh, evs := range s.handoff.put(s.store.ShardOf, handed, len(edges), claimed) {
+			s.releaseFollowEvents(ctx, sh, evs)
+		}
 	}
 	if created {
 		s.wake.notify(followQueue)

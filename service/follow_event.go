@@ -30,7 +30,8 @@ const (
 	roundSourceBound = 100_000
 )
 
-// applyFollowEvents reconciles a batch of follow events of the shard: the
+// applyFollowEvents reconciles a batch of follow events of the shard, those
+// this process's follows handed over (followHandoff) or else a claim: the
 // author's followers row is made to match the following row as it is now
 // (so repeated operations collapse to the last), and the live follows are
 // backfilled. The batch reads its edges with one statement and adds the
@@ -39,11 +40,20 @@ const (
 // transaction (store.BackfillMany). An event that changed meanwhile runs
 // again; one that failed or was not started before a stop is released.
 func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard, size *stepSize) (int, error) {
-	claimed := time.Now()
-	now, until := s.lease()
-	evs, err := s.store.ClaimFollowEvents(work, sh, now, until, max(followEventBatch*size.n/size.max, 1), rand.Uint64())
-	if err != nil {
-		return 0, err
+	limit := max(followEventBatch*size.n/size.max, 1)
+	evs, claimed := s.handoff.take(sh, limit)
+	if len(evs) > 0 && time.Now().After(s.stepDue(claimed)) {
+		// Handed too late to start: any worker takes them.
+		s.releaseFollowEvents(work, sh, evs)
+		return len(evs), nil
+	}
+	if len(evs) == 0 {
+		claimed = time.Now()
+		now, until := s.lease()
+		var err error
+		if evs, err = s.store.ClaimFollowEvents(work, sh, now, until, limit, rand.Uint64()); err != nil {
+			return 0, err
+		}
 	}
 	// Left claimed: taken up again when the lease ends, which spaces the
 	// retries while the author's database is down.

@@ -20,6 +20,9 @@ type Service struct {
 	now     func() time.Time
 	// wake nudges the idle loops of this process that a write gave work.
 	wake *wakeups
+	// handoff passes the follow events of this process's follows to its
+	// own follow loops.
+	handoff *followHandoff
 	// cache holds pull authors' newest posts; nil when PullCacheTTL is 0.
 	// draining is set once the process is stopping (Drain).
 	draining atomic.Bool
@@ -41,7 +44,7 @@ func New(st *store.Store, cfg Config, log *slog.Logger, m *Metrics, now func() t
 	if err := checkPools(st, cfg.Workers); err != nil {
 		return nil, err
 	}
-	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeups(),
+	s := &Service{store: st, cfg: cfg, log: log, metrics: m, ids: newIDGen(cfg.NodeID, now), now: now, wake: newWakeups(), handoff: newFollowHandoff(),
 		targets: newTargetGate(cfg.Workers), activity: &activity{}, reshards: &reshards{}}
 	s.streams = newStreams(s)
 	m.watchPools(st)

@@ -103,6 +103,14 @@ func (s *Service) RunWorkers(ctx context.Context, softStop time.Duration) {
 	run := func(q queue, step func(ctx, work context.Context) (int, error)) {
 		wg.Go(func() { s.loop(ctx, work, q, step) })
 	}
+	if s.cfg.Workers > 0 {
+		s.handoff.open()
+		defer func() {
+			for sh, evs := range s.handoff.close() {
+				s.releaseFollowEvents(work, sh, evs)
+			}
+		}()
+	}
 	for _, sh := range s.store.Shards() {
 		run(planQueue, func(ctx, work context.Context) (int, error) { return s.planDeliveries(work, sh) })
 		for range s.cfg.Workers {

@@ -56,7 +56,7 @@ func TestUserCounts(t *testing.T) {
 		setFilter(store.Hide, 300, user, true)  // the user hides from 300: not a mute of 300's
 		setFilter(store.Hide, user, 203, true)  // 203 hides from the user: not a mute either
 		wantCounts(t, st, user, 3, 2)
-		follows := st.FollowMany(ctx, []store.FollowEdge{{UserID: user, AuthorID: 105}, {UserID: user, AuthorID: 106}, {UserID: user, AuthorID: 105}}, maxFollowing, t0)
+		follows := st.FollowMany(ctx, []store.FollowEdge{{UserID: user, AuthorID: 105}, {UserID: user, AuthorID: 106}, {UserID: user, AuthorID: 105}}, maxFollowing, t0, store.EventLease{})
 		for _, o := range follows {
 			must(t, o.Err)
 		}

@@ -56,11 +56,28 @@ func purgeAuthor(ctx context.Context, tx *sqlx.Tx, userID, authorID uint64) erro
 const queueFollowEventSQL = `INSERT INTO follow_events (user_id, author_id, created_at) VALUES (?, ?, ?)
 ON DUPLICATE KEY UPDATE version = version + 1`
 
-// queueFollowEventsHead/Tail are queueFollowEventSQL for many pairs.
+// queueFollowEventsHead/Tail are queueFollowEventSQL for many pairs, each
+// new event claimed as it is queued (EventLease; a zero token and end leave
+// it unclaimed). A pair's pending event keeps its claim and has its version
+// bumped.
 const (
-	queueFollowEventsHead = `INSERT INTO follow_events (user_id, author_id, created_at)`
+	queueFollowEventsHead = `INSERT INTO follow_events (user_id, author_id, created_at, claim_token, claimed_until, attempts)`
 	queueFollowEventsTail = ` ON DUPLICATE KEY UPDATE version = version + 1`
 )
+
+// newEventVersion is the version of a follow event as queued (the column's
+// default).
+const newEventVersion = 1
+
+// EventLease claims the follow events FollowMany queues as it queues them,
+// for a caller that applies them itself: a claim as ClaimFollowEvents takes,
+// under Token until Until, so no other worker takes them before then and
+// any worker may after (the caller stopped or crashed). The zero lease
+// queues them unclaimed.
+type EventLease struct {
+	Token uint64
+	Until int64
+}
 
 // FollowEdge is a follow to make: the pair and, for a follow with a copy
 // limit, From, the oldest key of the author's posts the user may see
@@ -72,10 +89,15 @@ type FollowEdge struct {
 
 // FollowOutcome is what became of one FollowEdge: Created, or not because
 // the user already followed the author (Err nil), or Err: ELIMIT for a
-// user at the cap, or the failure of the user's database.
+// user at the cap, or the failure of the user's database. Event is the
+// created follow's event as leased (FollowMany with an EventLease): the
+// caller's to apply and finish, or release. When the pair had an event
+// pending already (an unfollow not yet applied), that one keeps its own
+// claim and version, and finishing Event deletes nothing.
 type FollowOutcome struct {
 	Created bool
 	Err     error
+	Event   *FollowEvent
 }
 
 // HistoryFrom returns the From of a follow of the author that brings its
@@ -135,7 +157,7 @@ func (s *Store) HistoriesFrom(ctx context.Context, authors []uint64, n int) (fro
 //
 // Returns ELIMIT when the user already follows maxFollowing authors.
 func (s *Store) Follow(ctx context.Context, userID, authorID uint64, maxFollowing int, now int64) (created bool, err error) {
-	out := s.FollowMany(ctx, []FollowEdge{{UserID: userID, AuthorID: authorID}}, maxFollowing, now)
+	out := s.FollowMany(ctx, []FollowEdge{{UserID: userID, AuthorID: authorID}}, maxFollowing, now, EventLease{})
 	return out[0].Created, out[0].Err
 }
 
@@ -150,8 +172,8 @@ const followChunk = 500
 // statements. Outcomes are in the order of edges; a pair given
 // twice is created once. A user past maxFollowing fails its own extra
 // pairs (ELIMIT) and the others go through; a database that fails fails
-// its share.
-func (s *Store) FollowMany(ctx context.Context, edges []FollowEdge, maxFollowing int, now int64) []FollowOutcome {
+// its share. The events are queued under lease.
+func (s *Store) FollowMany(ctx context.Context, edges []FollowEdge, maxFollowing int, now int64, lease EventLease) []FollowOutcome {
 	ctx = s.pin(ctx)
 	out := make([]FollowOutcome, len(edges))
 	byShard := map[*Shard][]int{}
@@ -164,7 +186,7 @@ func (s *Store) FollowMany(ctx context.Context, edges []FollowEdge, maxFollowing
 			for _, i := range idx {
 				out[i] = FollowOutcome{}
 			}
-			return followShare(ctx, tx, edges, idx, out, maxFollowing, now)
+			return followShare(ctx, tx, edges, idx, out, maxFollowing, now, lease)
 		})
 		var created []uint64
 		for _, i := range idx {
@@ -188,7 +210,7 @@ type userAuthor struct {
 
 // followShare is FollowMany's transaction for the edges idx of one
 // database, writing their outcomes: created or exists, or ELIMIT.
-func followShare(ctx context.Context, tx *sqlx.Tx, edges []FollowEdge, idx []int, out []FollowOutcome, maxFollowing int, now int64) error {
+func followShare(ctx context.Context, tx *sqlx.Tx, edges []FollowEdge, idx []int, out []FollowOutcome, maxFollowing int, now int64, lease EventLease) error {
 	pairs := make([]userAuthor, 0, len(idx))
 	users := make([]uint64, 0, len(idx))
 	for _, i := range idx {
@@ -240,6 +262,9 @@ func followShare(ctx context.Context, tx *sqlx.Tx, edges []FollowEdge, idx []int
 		c.Following++
 		counts[e.UserID] = c
 		out[i].Created = true
+		if lease.Token != 0 {
+			out[i].Event = &FollowEvent{UserID: e.UserID, AuthorID: e.AuthorID, Version: newEventVersion, Token: lease.Token}
+		}
 		var ht, hi any
 		if e.From != nil {
 			ht, hi = e.From.PublishTime, e.From.ContentID
@@ -256,7 +281,7 @@ func followShare(ctx context.Context, tx *sqlx.Tx, edges []FollowEdge, idx []int
 			m = 1
 		}
 		rows = append(rows, []any{e.UserID, e.AuthorID, now, PullPending, m, ht, hi})
-		events = append(events, []any{e.UserID, e.AuthorID, now})
+		events = append(events, []any{e.UserID, e.AuthorID, now, lease.Token, lease.Until, min(lease.Token, 1)})
 		changed = append(changed, e.UserID)
 	}
 	if len(changed) == 0 {
@@ -279,7 +304,7 @@ func followShare(ctx context.Context, tx *sqlx.Tx, edges []FollowEdge, idx []int
 			return err
 		}
 	}
-	_, err = sqlconn.InsertRows(ctx, tx, queueFollowEventsHead, 3, queueFollowEventsTail, len(events), func(i int) []any { return events[i] })
+	_, err = sqlconn.InsertRows(ctx, tx, queueFollowEventsHead, 6, queueFollowEventsTail, len(events), func(i int) []any { return events[i] })
 	return err
 }
 

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"reflect"
@@ -521,6 +522,64 @@ func TestFinishFollowEvents(t *testing.T) {
 	})
 }
 
+// TestFollowLeased queues follows' events claimed (store.EventLease): no
+// worker claims them before the lease ends and any worker may after it
+// (their taker stopped or crashed), the outcome's event finishes them, and
+// a pair whose unfollow was still pending keeps that event and its claim.
+func TestFollowLeased(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1)
+	sh := st.Shards()[0]
+	held := store.EventLease{Token: newToken(), Until: t0 + lease}
+	claim := func(t *testing.T, now int64) []store.FollowEvent {
+		t.Helper()
+		evs, err := st.ClaimFollowEvents(t.Context(), sh, now, now+lease, 10, newToken())
+		must(t, err)
+		return evs
+	}
+
+	// 1 follows 3, and unfollows it: the unfollow's event is pending.
+	_, err := st.Follow(t.Context(), 1, 3, maxFollowing, t0)
+	must(t, err)
+	must(t, st.ReleaseFollowEvents(t.Context(), sh, claim(t, t0)))
+	must(t, st.Unfollow(t.Context(), 1, 3, t0))
+	out := st.FollowMany(t.Context(), []store.FollowEdge{{UserID: 1, AuthorID: 2}, {UserID: 1, AuthorID: 3}, {UserID: 1, AuthorID: 2}}, maxFollowing, t0, held)
+	for i, want := range []bool{true, true, false} {
+		if out[i].Err != nil || out[i].Created != want || (out[i].Event != nil) != want {
+			t.Fatalf("outcome %d: %+v, want created and an event %v", i, out[i], want)
+		}
+	}
+	if ev := *out[0].Event; ev.UserID != 1 || ev.AuthorID != 2 || ev.Token != held.Token {
+		t.Fatalf("leased event %+v", ev)
+	}
+	// Before the lease ends a claim finds only the pending unfollow's
+	// event, at its bumped version; finishing the leased one of that pair
+	// deletes nothing.
+	pending := claim(t, t0+1)
+	if len(pending) != 1 || pending[0].AuthorID != 3 || pending[0].Version != 3 {
+		t.Fatalf("claimed %+v before the lease ended, want only 1→3's pending event at version 3", pending)
+	}
+	if released, err := st.FinishFollowEvents(t.Context(), sh, []store.FollowEvent{*out[1].Event}); err != nil || released != 0 {
+		t.Fatalf("finishing the leased event of a pending pair: released %d, %v", released, err)
+	}
+	must(t, st.ReleaseFollowEvents(t.Context(), sh, pending))
+	// Its taker finishes a leased event while the lease holds.
+	own := st.FollowMany(t.Context(), []store.FollowEdge{{UserID: 4, AuthorID: 5}}, maxFollowing, t0, held)
+	if own[0].Event == nil {
+		t.Fatalf("outcome %+v, want a leased event", own[0])
+	}
+	if released, err := st.FinishFollowEvents(t.Context(), sh, []store.FollowEvent{*own[0].Event}); err != nil || released != 0 {
+		t.Fatalf("finishing a leased event: released %d, %v", released, err)
+	}
+	// Past the lease any worker takes the leased events left: 1→2's, and
+	// 1→3's pending one.
+	after := claim(t, held.Until+1)
+	slices.SortFunc(after, func(a, b store.FollowEvent) int { return cmp.Compare(a.AuthorID, b.AuthorID) })
+	if len(after) != 2 || after[0].AuthorID != 2 || after[1].AuthorID != 3 {
+		t.Fatalf("claimed %+v after the lease, want 1→2's and 1→3's events", after)
+	}
+}
+
 // TestFollowMany writes a batch of follows over two databases: each pair's
 // outcome in order, the edges, headers and events as single follows leave
 // them, the cap per user, and a mute holding for a new edge.
@@ -540,7 +599,7 @@ func TestFollowMany(t *testing.T) {
 		{UserID: u0, AuthorID: a3}, // third of u0: over a cap of 2
 		{UserID: u1, AuthorID: a1},
 	}
-	out := st.FollowMany(t.Context(), edges, 2, t0)
+	out := st.FollowMany(t.Context(), edges, 2, t0, store.EventLease{})
 	created := []bool{true, true, true, false, false, true}
 	for i, o := range out {
 		if i == 4 {
@@ -581,7 +640,7 @@ func TestFollowMany(t *testing.T) {
 		t.Errorf("followed authors %v, bounds %v", authors, bounds)
 	}
 	// Again: nothing is created, nothing changes.
-	for i, o := range st.FollowMany(t.Context(), edges, 2, t0+1) {
+	for i, o := range st.FollowMany(t.Context(), edges, 2, t0+1, store.EventLease{}) {
 		if o.Created || (o.Err != nil) != (i == 4) {
 			t.Errorf("second run, pair %d: %+v", i, o)
 		}
@@ -605,7 +664,7 @@ func TestBackfillHistoryBound(t *testing.T) {
 	if all, err := st.HistoryFrom(t.Context(), author, 10); err != nil || all != nil {
 		t.Fatalf("HistoryFrom(10) of 10 posts = %v, %v; want no bound", all, err)
 	}
-	out := st.FollowMany(t.Context(), []store.FollowEdge{{UserID: user, AuthorID: author, From: from}}, maxFollowing, t0)
+	out := st.FollowMany(t.Context(), []store.FollowEdge{{UserID: user, AuthorID: author, From: from}}, maxFollowing, t0, store.EventLease{})
 	must(t, out[0].Err)
 	res, copied, err := st.Backfill(t.Context(), user, author, 6, false)
 	must(t, err)
