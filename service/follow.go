@@ -117,7 +117,8 @@ func (s *Service) FollowMany(ctx context.Context, reqs []feed.FollowRequest) ([]
 		return out, nil
 	}
 	// The events go to this process's follow loops, claimed as queued,
-	// when they run and have room.
+	// when they run and have room; the loops are woken once they are
+	// there.
 	var lease store.EventLease
 	claimed, handing := time.Now(), s.handoff.reserve(len(edges))
 	if handing {
@@ -126,20 +127,22 @@ func (s *Service) FollowMany(ctx context.Context, reqs []feed.FollowRequest) ([]
 	}
 	created := false
 	var handed []store.FollowEvent
+	defer func() {
+		if handing {
+			for sh, evs := range s.handoff.put(s.store.ShardOf, handed, len(edges), claimed) {
+				s.releaseFollowEvents(ctx, sh, evs)
+			}
+		}
+		if created {
+			s.wake.notify(followQueue)
+		}
+	}()
 	for j, o := range s.store.FollowMany(ctx, edges, s.cfg.MaxFollowing, s.now().UnixMilli(), lease) {
 		out[idx[j]] = feed.FollowResult{Created: o.Created, Err: o.Err}
 		created = created || o.Created
 		if o.Event != nil {
 			handed = append(handed, *o.Event)
 		}
-	}
-	if handing {
-		for sh, evs := range s.handoff.put(s.store.ShardOf, handed, len(edges), claimed) {
-			s.releaseFollowEvents(ctx, sh, evs)
-		}
-	}
-	if created {
-		s.wake.notify(followQueue)
 	}
 	return out, nil
 }

@@ -42,6 +42,9 @@ const (
 func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard, size *stepSize) (int, error) {
 	limit := max(followEventBatch*size.n/size.max, 1)
 	evs, claimed := s.handoff.take(sh, limit)
+	// An event whose user a reshard has placed elsewhere since is left to
+	// its lease, as a claim leaves it.
+	evs = slices.DeleteFunc(evs, func(ev store.FollowEvent) bool { return s.store.ShardOf(ev.UserID) != sh })
 	if len(evs) > 0 && time.Now().After(s.stepDue(claimed)) {
 		// Handed too late to start: any worker takes them.
 		s.releaseFollowEvents(work, sh, evs)
@@ -49,11 +52,19 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard, 
 	}
 	if len(evs) == 0 {
 		claimed = time.Now()
+	}
+	var claimErr error
+	if len(evs) < limit {
+		// The queue's own events fill the round, so that none waits while
+		// follows keep handing theirs over: unfollows, events released,
+		// other processes'. The round's deadlines count from the earlier
+		// claim.
 		now, until := s.lease()
-		var err error
-		if evs, err = s.store.ClaimFollowEvents(work, sh, now, until, limit, rand.Uint64()); err != nil {
+		more, err := s.store.ClaimFollowEvents(work, sh, now, until, limit-len(evs), rand.Uint64())
+		if err != nil && len(evs) == 0 {
 			return 0, err
 		}
+		evs, claimErr = append(evs, more...), err
 	}
 	// Left claimed: taken up again when the lease ends, which spaces the
 	// retries while the author's database is down.
@@ -83,7 +94,7 @@ func (s *Service) applyFollowEvents(ctx, work context.Context, sh *store.Shard, 
 	if ctx.Err() != nil {
 		return len(evs), nil // stopping, not failing
 	}
-	return len(evs), firstErr
+	return len(evs), cmp.Or(firstErr, claimErr)
 }
 
 // applyBackfills backfills the live follows of the events, claimed at

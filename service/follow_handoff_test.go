@@ -3,6 +3,7 @@ package service
 import (
 	"io"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 
 // TestFollowHandoff: while follow loops run, a process's follows hand
 // their events to them claimed, so no other worker takes them before the
-// lease ends; a loop releases a batch handed too long ago instead of
+// lease ends; a round applies them with the queue's own events filling the
+// room they leave, releases a batch handed too long ago instead of
 // starting it, and a stop releases what no loop took, for any worker at
 // once. A crash leaves them to the lease's end (TestFollowLeased).
 func TestFollowHandoff(t *testing.T) {
@@ -51,6 +53,12 @@ func TestFollowHandoff(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	round := func(t *testing.T, want int) {
+		t.Helper()
+		if n, err := s.applyFollowEvents(t.Context(), t.Context(), sh, newStepSize(backfillChunk)); err != nil || n != want {
+			t.Fatalf("applyFollowEvents = %d, %v; want %d events", n, err, want)
+		}
+	}
 
 	// No loop runs: the events are queued for any worker.
 	follow(t, feed.FollowRequest{UserID: 1, AuthorID: 2})
@@ -70,27 +78,44 @@ func TestFollowHandoff(t *testing.T) {
 		}
 		s.handoff.reserve(len(evs))
 		s.handoff.put(st.ShardOf, evs, len(evs), time.Now().Add(-cfg.Lease))
-		if n, err := s.applyFollowEvents(t.Context(), t.Context(), sh, newStepSize(backfillChunk)); err != nil || n != 2 {
-			t.Fatalf("applyFollowEvents = %d, %v; want the 2 late events", n, err)
-		}
+		round(t, 2)
 		if n := claimable(t); n != 3 {
 			t.Fatalf("%d events claimable, want the 2 late ones released too", n)
 		}
 	})
 
-	t.Run("stop releases", func(t *testing.T) {
+	t.Run("handed and queued applied", func(t *testing.T) {
 		follow(t, feed.FollowRequest{UserID: 5, AuthorID: 2})
-		if n := claimable(t); n != 3 {
-			t.Fatalf("%d events claimable, want 3 (5→2's handed)", n)
+		round(t, 4) // 5→2 handed, the three others claimed beside it
+		if n := claimable(t); n != 0 {
+			t.Fatalf("%d events left, want none", n)
+		}
+		followers, _, err := s.ListFollowers(t.Context(), 2, feed.Page{Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []uint64
+		for _, f := range followers {
+			got = append(got, f.UserID)
+		}
+		if want := []uint64{1, 3, 4, 5}; !slices.Equal(got, want) {
+			t.Fatalf("followers of 2: %v, want %v", got, want)
+		}
+	})
+
+	t.Run("stop releases", func(t *testing.T) {
+		follow(t, feed.FollowRequest{UserID: 6, AuthorID: 2})
+		if n := claimable(t); n != 0 {
+			t.Fatalf("%d events claimable, want 6→2's handed", n)
 		}
 		for shard, evs := range s.handoff.close() {
 			s.releaseFollowEvents(t.Context(), shard, evs)
 		}
-		if n := claimable(t); n != 4 {
-			t.Fatalf("%d events claimable after the stop, want 4", n)
+		if n := claimable(t); n != 1 {
+			t.Fatalf("%d events claimable after the stop, want 1", n)
 		}
-		if s.handoff.reserve(1) {
-			t.Error("a stopped process's handoff took room")
+		if s.handoff.held != 0 || s.handoff.reserve(1) {
+			t.Errorf("a stopped process's handoff holds %d events or takes room", s.handoff.held)
 		}
 	})
 }

@@ -538,11 +538,13 @@ func TestFollowLeased(t *testing.T) {
 		return evs
 	}
 
-	// 1 follows 3, and unfollows it: the unfollow's event is pending.
+	// 1 follows 3, and unfollows it: the unfollow's event is pending, and
+	// claimed by a worker.
 	_, err := st.Follow(t.Context(), 1, 3, maxFollowing, t0)
 	must(t, err)
 	must(t, st.ReleaseFollowEvents(t.Context(), sh, claim(t, t0)))
 	must(t, st.Unfollow(t.Context(), 1, 3, t0))
+	pending := claim(t, t0)
 	out := st.FollowMany(t.Context(), []store.FollowEdge{{UserID: 1, AuthorID: 2}, {UserID: 1, AuthorID: 3}, {UserID: 1, AuthorID: 2}}, maxFollowing, t0, held)
 	for i, want := range []bool{true, true, false} {
 		if out[i].Err != nil || out[i].Created != want || (out[i].Event != nil) != want {
@@ -552,17 +554,19 @@ func TestFollowLeased(t *testing.T) {
 	if ev := *out[0].Event; ev.UserID != 1 || ev.AuthorID != 2 || ev.Token != held.Token {
 		t.Fatalf("leased event %+v", ev)
 	}
-	// Before the lease ends a claim finds only the pending unfollow's
-	// event, at its bumped version; finishing the leased one of that pair
-	// deletes nothing.
-	pending := claim(t, t0+1)
-	if len(pending) != 1 || pending[0].AuthorID != 3 || pending[0].Version != 3 {
-		t.Fatalf("claimed %+v before the lease ended, want only 1→3's pending event at version 3", pending)
+	// Before the lease ends no claim takes either: 1→2's is leased, and
+	// 1→3's keeps its worker's claim.
+	if evs := claim(t, t0+1); len(evs) != 0 {
+		t.Fatalf("claimed %+v before the lease ended", evs)
 	}
+	// The leased copy of 1→3's event finishes nothing; the worker's finish
+	// sees the version the follow bumped and releases it to run again.
 	if released, err := st.FinishFollowEvents(t.Context(), sh, []store.FollowEvent{*out[1].Event}); err != nil || released != 0 {
 		t.Fatalf("finishing the leased event of a pending pair: released %d, %v", released, err)
 	}
-	must(t, st.ReleaseFollowEvents(t.Context(), sh, pending))
+	if released, err := st.FinishFollowEvents(t.Context(), sh, pending); err != nil || released != 1 {
+		t.Fatalf("finishing the pending event: released %d, %v; want it released", released, err)
+	}
 	// Its taker finishes a leased event while the lease holds.
 	own := st.FollowMany(t.Context(), []store.FollowEdge{{UserID: 4, AuthorID: 5}}, maxFollowing, t0, held)
 	if own[0].Event == nil {
