@@ -15,8 +15,8 @@ const handoffBound = 4 * followEventBatch
 // followHandoff passes the follow events this process's follows queue to
 // its own follow loops, claimed as they were queued (store.EventLease): a
 // loop applies them without claiming them, which saves the claim's
-// statements and the wait for a wake-up, and any worker takes them once
-// the lease ends if this process stops or crashes first. It takes events
+// statements (the follow still wakes the loops), and any worker takes them
+// once the lease ends if this process stops or crashes first. It takes events
 // only while RunWorkers runs follow loops, and holds at most handoffBound.
 // A loop releases events that waited past half their lease rather than
 // start them late, as it does with its own claims' steps.
