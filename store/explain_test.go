@@ -241,6 +241,9 @@ func TestExplainRangeScans(t *testing.T) {
 				rangeScan(t, explain(t, sh, store.FeedPagePullSQL, 7, 7, c.t, c.t, c.id, from[0], from[0], from[1], 22), "inbox")
 			}
 		}
+		// A first page scans the user's whole range, the header first.
+		rangeScan(t, explain(t, sh, store.FeedFirstPageSQL, 7, 22), "inbox", "ref", "range")
+		rangeScan(t, explain(t, sh, store.FeedFirstPullSQL, 7, 7, 22), "inbox", "ref", "range")
 	})
 
 	// A page of some kinds scans the same range, the server dropping the

@@ -11,6 +11,8 @@ import (
 const (
 	FeedPageSQL         = feedPageSQL
 	FeedPagePullSQL     = feedPagePullSQL
+	FeedFirstPageSQL    = feedFirstPageSQL
+	FeedFirstPullSQL    = feedFirstPagePullSQL
 	FeedPageKinds       = feedPageKindsSQL
 	FeedPagePullKind    = feedPagePullKindsSQL
 	PullPartKindSQL     = pullPartKindSQL

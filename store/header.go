@@ -143,13 +143,28 @@ const feedPageSQL = feedPageHead + keysetOlder + feedPageTail
 const feedPageKindsSQL = feedPageHead + `(` + keysetOlder + ` AND kind IN (?))` + feedPageTail
 
 const (
-	feedPageHead = `SELECT ` + inboxInOrder + ` 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k,
+	feedPageUser = `SELECT ` + inboxInOrder + ` 0 AS src, publish_time AS t, content_id AS id, author_id AS a, kind AS k,
  floor_time AS ft, floor_id AS fi, last_read_at AS lr, active_since AS act, pulls AS p, follows AS fv
  FROM inbox FORCE INDEX (PRIMARY)
- WHERE user_id = ? AND (`
-	feedPageTail = ` OR ` + headerKeySQL + `) AND ` + keysetFrom + `
+ WHERE user_id = ?`
+	feedPageHead  = feedPageUser + ` AND (`
+	feedPageTail  = ` OR ` + headerKeySQL + `) AND ` + keysetFrom + feedPageOrder
+	feedPageOrder = `
  ORDER BY publish_time DESC, content_id DESC LIMIT ?`
 )
+
+// feedFirstPageSQL is feedPageSQL for a first page (the bound Top) with no
+// lower bound: the same rows, since the header is the newest key of the
+// user's range and publish times are not negative, read by the same
+// backward scan from the header down to the LIMIT. Without the keyset
+// bounds the server plans one equality instead of their ranges, which
+// costs MariaDB about a fifth of the page's time (docs/BENCHMARKS.md, C),
+// and most pages read are first pages.
+const feedFirstPageSQL = feedPageUser + feedPageOrder
+
+// feedFirstPagePullSQL is feedFirstPageSQL after the pull authors, as
+// feedPagePullSQL is feedPageSQL.
+const feedFirstPagePullSQL = pullAuthorsPart + `(` + feedFirstPageSQL + `)`
 
 // feedPagePullSQL is feedPageSQL after, in the same statement, the
 // followed authors that reads must pull (src 1: t = pull bits, a = author,
@@ -176,21 +191,28 @@ UNION ALL `
 // or without the pull authors, and of the kinds (sorted) when set; pulls
 // reports the header's mark.
 func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64, before, from feed.Key, limit int, kinds []string) (snap FeedSnapshot, pulls bool, err error) {
-	args := []any{userID, before.PublishTime, before.PublishTime, before.ContentID}
-	switch len(kinds) {
-	case 0:
-	case 1:
-		args = append(args, kinds[0])
-	default:
-		args = append(args, kinds)
+	var args []any
+	stmt := pageAll
+	if before == Top && from == (feed.Key{}) && kinds == nil {
+		args, stmt = []any{userID, limit + 1}, pageFirst
+	} else {
+		args = []any{userID, before.PublishTime, before.PublishTime, before.ContentID}
+		switch len(kinds) {
+		case 0:
+		case 1:
+			args, stmt = append(args, kinds[0]), pageKind
+		default:
+			args = append(args, kinds)
+		}
+		args = append(args, from.PublishTime, from.PublishTime, from.ContentID, limit+1)
 	}
-	args = append(args, from.PublishTime, from.PublishTime, from.ContentID, limit+1)
 	if withPull {
-		args = append([]any{userID}, args...)
+		// Each pull statement follows its plain one.
+		args, stmt = append([]any{userID}, args...), stmt+1
 	}
 	var rows *sql.Rows
 	if len(kinds) <= 1 {
-		st, err := sh.feedStmt(ctx, withPull, kinds != nil)
+		st, err := sh.feedStmt(ctx, stmt)
 		if err != nil {
 			return snap, false, err
 		}
@@ -256,25 +278,37 @@ func kindOf(b sql.RawBytes) string {
 	return string(b)
 }
 
-// feedStmt returns the shard's prepared page statement, with or without
-// the pull authors, of every kind or of one (its IN list of one takes a
-// kind where sqlx.In would take a list), preparing it on first use;
-// database/sql then prepares it once per pooled connection.
-func (sh *Shard) feedStmt(ctx context.Context, withPull, oneKind bool) (*sqlx.Stmt, error) {
+// The page statements a shard prepares, by the page they read: of every
+// kind or of one (its IN list of one takes a kind where sqlx.In would take
+// a list), with or without the pull authors, and first pages.
+const (
+	pageAll = iota
+	pagePull
+	pageKind
+	pagePullKind
+	pageFirst
+	pageFirstPull
+	numPageStmts
+)
+
+var pageStmtSQL = [numPageStmts]string{
+	pageAll:       feedPageSQL,
+	pagePull:      feedPagePullSQL,
+	pageKind:      feedPageKindsSQL,
+	pagePullKind:  feedPagePullKindsSQL,
+	pageFirst:     feedFirstPageSQL,
+	pageFirstPull: feedFirstPagePullSQL,
+}
+
+// feedStmt returns the shard's prepared page statement i (pageAll, …),
+// preparing it on first use; database/sql then prepares it once per
+// pooled connection.
+func (sh *Shard) feedStmt(ctx context.Context, i int) (*sqlx.Stmt, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, q := 0, feedPageSQL
-	switch {
-	case withPull && oneKind:
-		i, q = 3, feedPagePullKindsSQL
-	case oneKind:
-		i, q = 2, feedPageKindsSQL
-	case withPull:
-		i, q = 1, feedPagePullSQL
-	}
 	c := classOf(ctx)
 	if sh.feedPage[c][i] == nil {
-		st, err := sh.pools[c].PreparexContext(ctx, q)
+		st, err := sh.pools[c].PreparexContext(ctx, pageStmtSQL[i])
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"slices"
 	"testing"
 
@@ -79,4 +80,65 @@ func openStore(t *testing.T, m *shardmap.Map) *store.Store {
 	must(t, err)
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// TestFirstPageStatement checks that a first page's statement, which
+// names the user alone, returns what the general page statement returns
+// with the bound Top and no lower bound, with and without the pull
+// authors: for a user with a header and more entries than the limit, one
+// with fewer between two neighbours' ranges, one without a header, one
+// with a header alone, and one with nothing.
+func TestFirstPageStatement(t *testing.T) {
+	t.Parallel()
+	st := newStore(t, 1)
+	sh := st.Shards()[0]
+	var rows [][]any
+	entries := map[uint64]int{4: 30, 5: 30, 6: 3, 7: 4, 8: 0, 10: 2}
+	for u, n := range entries {
+		for i := range n {
+			rows = append(rows, []any{u, t0 + int64(i*10+int(u)), 1000*u + uint64(i), 100 + i%3, "post"})
+		}
+	}
+	insertRows(t, sh.DB, "INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind)", rows)
+	insertRows(t, sh.DB, "INSERT INTO inbox (user_id, publish_time, content_id, author_id, kind, last_read_at, active_since, floor_time, floor_id, pulls, follows)", [][]any{
+		{5, store.Top.PublishTime, store.Top.ContentID, 0, "", t0, t0 - 5, t0, 5000, 1, 7},
+		{6, store.Top.PublishTime, store.Top.ContentID, 0, "", t0, t0, nil, nil, 0, 2},
+		{8, store.Top.PublishTime, store.Top.ContentID, 0, "", t0, t0, t0, 1, 1, 3},
+	})
+	insertRows(t, sh.DB, "INSERT INTO following (user_id, author_id, followed_at, pull)", [][]any{{5, 100, t0, 1}, {5, 101, t0, 2}, {6, 100, t0, 0}, {8, 102, t0, 3}})
+	read := func(q string, args ...any) [][]any {
+		t.Helper()
+		rs, err := sh.DB.QueryxContext(t.Context(), q, args...)
+		must(t, err)
+		defer rs.Close()
+		var got [][]any
+		for rs.Next() {
+			row, err := rs.SliceScan()
+			must(t, err)
+			for i, v := range row {
+				if b, ok := v.([]byte); ok {
+					row[i] = string(b)
+				}
+			}
+			got = append(got, row)
+		}
+		must(t, rs.Err())
+		return got
+	}
+	top := store.Top
+	for _, user := range []uint64{5, 6, 7, 8, 9} {
+		for _, limit := range []int{3, 22} {
+			want := read(store.FeedPageSQL, user, top.PublishTime, top.PublishTime, top.ContentID, 0, 0, 0, limit)
+			if got := read(store.FeedFirstPageSQL, user, limit); !reflect.DeepEqual(got, want) {
+				t.Errorf("user %d, limit %d: first page statement read %v, want %v", user, limit, got, want)
+			}
+			want = read(store.FeedPagePullSQL, user, user, top.PublishTime, top.PublishTime, top.ContentID, 0, 0, 0, limit)
+			if got := read(store.FeedFirstPullSQL, user, user, limit); !reflect.DeepEqual(got, want) {
+				t.Errorf("user %d, limit %d: first page statement with pull authors read %v, want %v", user, limit, got, want)
+			}
+			if n := min(entries[user]+1, limit); user != 9 && user != 7 && len(want) < n {
+				t.Errorf("user %d, limit %d: %d rows, want at least %d", user, limit, len(want), n)
+			}
+		}
+	}
 }

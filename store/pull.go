@@ -416,11 +416,12 @@ func (src PullSource) timeRange() (lo, hi int64) {
 // can and otherwise with one statement per headChunk sources that share
 // their time range; sources without a post in it are left out.
 func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout time.Duration, k *knowledge) ([]sourceHead, Pulled, error) {
+	// Thousands of sources a deep page, most of them known: what is asked
+	// grows as needed, and the heads read join the known ones.
 	var known []sourceHead
 	ask := sources
 	if k != nil {
-		known = make([]sourceHead, 0, len(sources))
-		ask = make([]PullSource, 0, len(sources))
+		known, ask = make([]sourceHead, 0, len(sources)), nil
 		for _, src := range sources {
 			switch h, found, ok := k.cached(src); {
 			case !ok:
@@ -440,7 +441,10 @@ func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout tim
 		})
 	})
 	out.Rows = len(heads)
-	return append(heads, known...), out, err
+	if len(known) == 0 {
+		return heads, out, err
+	}
+	return append(known, heads...), out, err
 }
 
 // headsChunkOf runs one heads statement over sources that share their time

@@ -40,9 +40,9 @@ type Shard struct {
 
 	mu sync.Mutex // guards feedPage
 	// feedPage holds the hot reads per class, prepared once per
-	// connection, so the server parses and plans each once: feedPageSQL and
-	// feedPagePullSQL, and both of one kind (feedPageStmt).
-	feedPage  [numClasses][4]*sqlx.Stmt
+	// connection, so the server parses each once: the page statements
+	// (pageStmtSQL).
+	feedPage  [numClasses][numPageStmts]*sqlx.Stmt
 	pullHints userHints
 
 	health    shardHealth
