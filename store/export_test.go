@@ -13,6 +13,12 @@ const (
 	FeedPagePullSQL     = feedPagePullSQL
 	FeedFirstPageSQL    = feedFirstPageSQL
 	FeedFirstPullSQL    = feedFirstPagePullSQL
+	FeedNextPageSQL     = feedNextPageSQL
+	FeedNextPullSQL     = feedNextPagePullSQL
+	PageFirst           = pageFirst
+	PageNext            = pageNext
+	PageAll             = pageAll
+	PageKind            = pageKind
 	FeedPageKinds       = feedPageKindsSQL
 	FeedPagePullKind    = feedPagePullKindsSQL
 	PullPartKindSQL     = pullPartKindSQL
@@ -99,3 +105,6 @@ func NewestTime(times []int64, i int) int64 {
 func (s *Store) OnTarget(ctx context.Context, target *Shard, fn func(ctx context.Context, tx *sqlx.Tx) (int64, error)) (int64, error) {
 	return s.onTarget(ctx, target, BatchOptions{}, fn)
 }
+
+// PageStmtOf exposes pageStmtOf.
+var PageStmtOf = pageStmtOf

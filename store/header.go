@@ -154,17 +154,46 @@ const (
 )
 
 // feedFirstPageSQL is feedPageSQL for a first page (the bound Top) with no
-// lower bound: the same rows, since the header is the newest key of the
-// user's range and publish times are not negative, read by the same
-// backward scan from the header down to the LIMIT. Without the keyset
-// bounds the server plans one equality instead of their ranges, which
-// costs MariaDB about a fifth of the page's time (docs/BENCHMARKS.md, C),
-// and most pages read are first pages.
+// lower bound above oldestKey: the same rows, since the header is the
+// newest key of the user's range, read by the same backward scan from the
+// header down to the LIMIT. Without the keyset bounds the server plans one
+// equality instead of their ranges, and most pages read are first pages.
 const feedFirstPageSQL = feedPageUser + feedPageOrder
 
-// feedFirstPagePullSQL is feedFirstPageSQL after the pull authors, as
-// feedPagePullSQL is feedPageSQL.
-const feedFirstPagePullSQL = pullAuthorsPart + `(` + feedFirstPageSQL + `)`
+// feedNextPageSQL is feedPageSQL for a page below a cursor with no lower
+// bound above oldestKey: the same rows, with one range fewer to plan.
+const feedNextPageSQL = feedPageHead + keysetOlder + ` OR ` + headerKeySQL + `)` + feedPageOrder
+
+// oldestKey is the oldest key a post can have (publish times start at 0,
+// content ids at 1): a lower bound at or below it bounds nothing.
+var oldestKey = feed.Key{ContentID: 1}
+
+// pageStmtOf returns the page statement (pageAll, …) that reads the inbox
+// below before and at or above from, of the kinds when not nil, without
+// the pull authors: a statement per kind of page, so that each plans only
+// the bounds it has. A list of kinds reads with pageKind's form, its IN
+// list expanded. The service reads a page with no since from just above
+// the zero key, oldestKey.
+func pageStmtOf(before, from feed.Key, kinds []string) int {
+	switch {
+	case kinds != nil:
+		return pageKind
+	case oldestKey.Less(from):
+		return pageAll
+	case before == Top:
+		return pageFirst
+	default:
+		return pageNext
+	}
+}
+
+// feedFirstPagePullSQL and feedNextPagePullSQL are feedFirstPageSQL and
+// feedNextPageSQL after the pull authors, as feedPagePullSQL is
+// feedPageSQL.
+const (
+	feedFirstPagePullSQL = pullAuthorsPart + `(` + feedFirstPageSQL + `)`
+	feedNextPagePullSQL  = pullAuthorsPart + `(` + feedNextPageSQL + `)`
+)
 
 // feedPagePullSQL is feedPageSQL after, in the same statement, the
 // followed authors that reads must pull (src 1: t = pull bits, a = author,
@@ -192,15 +221,18 @@ UNION ALL `
 // reports the header's mark.
 func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64, before, from feed.Key, limit int, kinds []string) (snap FeedSnapshot, pulls bool, err error) {
 	var args []any
-	stmt := pageAll
-	if before == Top && from == (feed.Key{}) && kinds == nil {
-		args, stmt = []any{userID, limit + 1}, pageFirst
-	} else {
+	stmt := pageStmtOf(before, from, kinds)
+	switch stmt {
+	case pageFirst:
+		args = []any{userID, limit + 1}
+	case pageNext:
+		args = []any{userID, before.PublishTime, before.PublishTime, before.ContentID, limit + 1}
+	default:
 		args = []any{userID, before.PublishTime, before.PublishTime, before.ContentID}
 		switch len(kinds) {
 		case 0:
 		case 1:
-			args, stmt = append(args, kinds[0]), pageKind
+			args = append(args, kinds[0])
 		default:
 			args = append(args, kinds)
 		}
@@ -278,9 +310,10 @@ func kindOf(b sql.RawBytes) string {
 	return string(b)
 }
 
-// The page statements a shard prepares, by the page they read: of every
-// kind or of one (its IN list of one takes a kind where sqlx.In would take
-// a list), with or without the pull authors, and first pages.
+// The page statements a shard prepares, by the page they read
+// (pageStmtOf): between two bounds, of one kind (its IN list of one takes
+// a kind where sqlx.In would take a list), first pages and pages below a
+// cursor with no lower bound, each with the pull authors after it.
 const (
 	pageAll = iota
 	pagePull
@@ -288,6 +321,8 @@ const (
 	pagePullKind
 	pageFirst
 	pageFirstPull
+	pageNext
+	pageNextPull
 	numPageStmts
 )
 
@@ -298,6 +333,8 @@ var pageStmtSQL = [numPageStmts]string{
 	pagePullKind:  feedPagePullKindsSQL,
 	pageFirst:     feedFirstPageSQL,
 	pageFirstPull: feedFirstPagePullSQL,
+	pageNext:      feedNextPageSQL,
+	pageNextPull:  feedNextPagePullSQL,
 }
 
 // feedStmt returns the shard's prepared page statement i (pageAll, …),

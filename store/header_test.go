@@ -82,14 +82,33 @@ func openStore(t *testing.T, m *shardmap.Map) *store.Store {
 	return st
 }
 
-// TestFirstPageStatement checks that a first page's statement, which
-// names the user alone, returns what the general page statement returns
-// with the bound Top and no lower bound, with and without the pull
-// authors: for a user with a header and more entries than the limit, one
-// with fewer between two neighbours' ranges, one without a header, one
-// with a header alone, and one with nothing.
-func TestFirstPageStatement(t *testing.T) {
+// TestPageStatements checks that the statements of first pages and of
+// pages below a cursor, which leave out the bounds such pages do not have,
+// return what the general page statement returns with those bounds, with
+// and without the pull authors: for a user with a header and more entries
+// than the limit, one with fewer between two neighbours' ranges, one
+// without a header, one with a header alone, and one with nothing.
+func TestPageStatements(t *testing.T) {
 	t.Parallel()
+	// A page with no since reads from just above the zero key.
+	cursor := feed.Key{PublishTime: t0 + 105, ContentID: 5010}
+	for _, c := range []struct {
+		before, from feed.Key
+		kinds        []string
+		want         int
+	}{
+		{store.Top, feed.Key{}, nil, store.PageFirst},
+		{store.Top, feed.Key{ContentID: 1}, nil, store.PageFirst},
+		{store.Top, feed.Key{ContentID: 2}, nil, store.PageAll},
+		{store.Top, feed.Key{PublishTime: 1}, nil, store.PageAll},
+		{store.Top, feed.Key{}, []string{"post"}, store.PageKind},
+		{cursor, feed.Key{ContentID: 1}, nil, store.PageNext},
+		{cursor, feed.Key{PublishTime: 1}, nil, store.PageAll},
+	} {
+		if got := store.PageStmtOf(c.before, c.from, c.kinds); got != c.want {
+			t.Errorf("pageStmtOf(%v, %v, %v) = %d, want %d", c.before, c.from, c.kinds, got, c.want)
+		}
+	}
 	st := newStore(t, 1)
 	sh := st.Shards()[0]
 	var rows [][]any
@@ -125,19 +144,24 @@ func TestFirstPageStatement(t *testing.T) {
 		must(t, rs.Err())
 		return got
 	}
-	top := store.Top
 	for _, user := range []uint64{5, 6, 7, 8, 9} {
 		for _, limit := range []int{3, 22} {
-			want := read(store.FeedPageSQL, user, top.PublishTime, top.PublishTime, top.ContentID, 0, 0, 0, limit)
-			if got := read(store.FeedFirstPageSQL, user, limit); !reflect.DeepEqual(got, want) {
-				t.Errorf("user %d, limit %d: first page statement read %v, want %v", user, limit, got, want)
-			}
-			want = read(store.FeedPagePullSQL, user, user, top.PublishTime, top.PublishTime, top.ContentID, 0, 0, 0, limit)
-			if got := read(store.FeedFirstPullSQL, user, user, limit); !reflect.DeepEqual(got, want) {
-				t.Errorf("user %d, limit %d: first page statement with pull authors read %v, want %v", user, limit, got, want)
-			}
-			if n := min(entries[user]+1, limit); user != 9 && user != 7 && len(want) < n {
-				t.Errorf("user %d, limit %d: %d rows, want at least %d", user, limit, len(want), n)
+			for _, before := range []feed.Key{store.Top, cursor} {
+				q, pull, args := store.FeedNextPageSQL, store.FeedNextPullSQL, []any{user, before.PublishTime, before.PublishTime, before.ContentID, limit}
+				if before == store.Top {
+					q, pull, args = store.FeedFirstPageSQL, store.FeedFirstPullSQL, []any{user, limit}
+				}
+				want := read(store.FeedPageSQL, user, before.PublishTime, before.PublishTime, before.ContentID, 0, 0, 1, limit)
+				if got := read(q, args...); !reflect.DeepEqual(got, want) {
+					t.Errorf("user %d, below %v, limit %d: read %v, want %v", user, before, limit, got, want)
+				}
+				if before == store.Top && user != 7 && user != 9 && len(want) < min(entries[user]+1, limit) {
+					t.Errorf("user %d, limit %d: %d rows, want %d", user, limit, len(want), min(entries[user]+1, limit))
+				}
+				want = read(store.FeedPagePullSQL, user, user, before.PublishTime, before.PublishTime, before.ContentID, 0, 0, 1, limit)
+				if got := read(pull, append([]any{user}, args...)...); !reflect.DeepEqual(got, want) {
+					t.Errorf("user %d, below %v, limit %d, with the pull authors: read %v, want %v", user, before, limit, got, want)
+				}
 			}
 		}
 	}
