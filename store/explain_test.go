@@ -246,6 +246,8 @@ func TestExplainRangeScans(t *testing.T) {
 		rangeScan(t, explain(t, sh, store.FeedFirstPullSQL, 7, 7, 22), "inbox", "ref", "range")
 		rangeScan(t, explain(t, sh, store.FeedNextPageSQL, 7, mid.t, mid.t, mid.id, 22), "inbox")
 		rangeScan(t, explain(t, sh, store.FeedNextPullSQL, 7, 7, mid.t, mid.t, mid.id, 22), "inbox")
+		rangeScan(t, explain(t, sh, store.FeedSincePageSQL, 7, mid.t, mid.t, mid.id, 22), "inbox")
+		rangeScan(t, explain(t, sh, store.FeedSincePullSQL, 7, 7, mid.t, mid.t, mid.id, 22), "inbox")
 	})
 
 	// A page of some kinds scans the same range, the server dropping the

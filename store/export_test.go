@@ -15,6 +15,9 @@ const (
 	FeedFirstPullSQL    = feedFirstPagePullSQL
 	FeedNextPageSQL     = feedNextPageSQL
 	FeedNextPullSQL     = feedNextPagePullSQL
+	FeedSincePageSQL    = feedSincePageSQL
+	FeedSincePullSQL    = feedSincePagePullSQL
+	PageSince           = pageSince
 	PageFirst           = pageFirst
 	PageNext            = pageNext
 	PageAll             = pageAll

@@ -164,6 +164,11 @@ const feedFirstPageSQL = feedPageUser + feedPageOrder
 // bound above oldestKey: the same rows, with one range fewer to plan.
 const feedNextPageSQL = feedPageHead + keysetOlder + ` OR ` + headerKeySQL + `)` + feedPageOrder
 
+// feedSincePageSQL is feedPageSQL for a first page with a lower bound (a
+// refresh, an unread count): every key of the user's range is at or below
+// Top, so the bound alone chooses the same rows.
+const feedSincePageSQL = feedPageUser + ` AND ` + keysetFrom + feedPageOrder
+
 // oldestKey is the oldest key a post can have (publish times start at 0,
 // content ids at 1): a lower bound at or below it bounds nothing.
 var oldestKey = feed.Key{ContentID: 1}
@@ -175,24 +180,28 @@ var oldestKey = feed.Key{ContentID: 1}
 // list expanded. The service reads a page with no since from just above
 // the zero key, oldestKey.
 func pageStmtOf(before, from feed.Key, kinds []string) int {
+	bounded := oldestKey.Less(from)
 	switch {
 	case kinds != nil:
 		return pageKind
-	case oldestKey.Less(from):
-		return pageAll
+	case before == Top && bounded:
+		return pageSince
 	case before == Top:
 		return pageFirst
+	case bounded:
+		return pageAll
 	default:
 		return pageNext
 	}
 }
 
-// feedFirstPagePullSQL and feedNextPagePullSQL are feedFirstPageSQL and
-// feedNextPageSQL after the pull authors, as feedPagePullSQL is
+// feedFirstPagePullSQL, feedNextPagePullSQL and feedSincePagePullSQL are
+// the statements above after the pull authors, as feedPagePullSQL is
 // feedPageSQL.
 const (
 	feedFirstPagePullSQL = pullAuthorsPart + `(` + feedFirstPageSQL + `)`
 	feedNextPagePullSQL  = pullAuthorsPart + `(` + feedNextPageSQL + `)`
+	feedSincePagePullSQL = pullAuthorsPart + `(` + feedSincePageSQL + `)`
 )
 
 // feedPagePullSQL is feedPageSQL after, in the same statement, the
@@ -227,6 +236,8 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 		args = []any{userID, limit + 1}
 	case pageNext:
 		args = []any{userID, before.PublishTime, before.PublishTime, before.ContentID, limit + 1}
+	case pageSince:
+		args = []any{userID, from.PublishTime, from.PublishTime, from.ContentID, limit + 1}
 	default:
 		args = []any{userID, before.PublishTime, before.PublishTime, before.ContentID}
 		switch len(kinds) {
@@ -312,8 +323,9 @@ func kindOf(b sql.RawBytes) string {
 
 // The page statements a shard prepares, by the page they read
 // (pageStmtOf): between two bounds, of one kind (its IN list of one takes
-// a kind where sqlx.In would take a list), first pages and pages below a
-// cursor with no lower bound, each with the pull authors after it.
+// a kind where sqlx.In would take a list), first pages with and without a
+// lower bound and pages below a cursor without one, each with the pull
+// authors after it.
 const (
 	pageAll = iota
 	pagePull
@@ -323,6 +335,8 @@ const (
 	pageFirstPull
 	pageNext
 	pageNextPull
+	pageSince
+	pageSincePull
 	numPageStmts
 )
 
@@ -335,6 +349,8 @@ var pageStmtSQL = [numPageStmts]string{
 	pageFirstPull: feedFirstPagePullSQL,
 	pageNext:      feedNextPageSQL,
 	pageNextPull:  feedNextPagePullSQL,
+	pageSince:     feedSincePageSQL,
+	pageSincePull: feedSincePagePullSQL,
 }
 
 // feedStmt returns the shard's prepared page statement i (pageAll, …),

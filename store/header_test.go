@@ -82,8 +82,9 @@ func openStore(t *testing.T, m *shardmap.Map) *store.Store {
 	return st
 }
 
-// TestPageStatements checks that the statements of first pages and of
-// pages below a cursor, which leave out the bounds such pages do not have,
+// TestPageStatements checks that the statements of first pages, with and
+// without a lower bound, and of pages below a cursor without one, which
+// leave out the bounds that do not bound such pages,
 // return what the general page statement returns with those bounds, with
 // and without the pull authors: for a user with a header and more entries
 // than the limit, one with fewer between two neighbours' ranges, one
@@ -92,6 +93,7 @@ func TestPageStatements(t *testing.T) {
 	t.Parallel()
 	// A page with no since reads from just above the zero key.
 	cursor := feed.Key{PublishTime: t0 + 105, ContentID: 5010}
+	since := feed.Key{PublishTime: t0 + 205, ContentID: 5020}
 	for _, c := range []struct {
 		before, from feed.Key
 		kinds        []string
@@ -99,8 +101,8 @@ func TestPageStatements(t *testing.T) {
 	}{
 		{store.Top, feed.Key{}, nil, store.PageFirst},
 		{store.Top, feed.Key{ContentID: 1}, nil, store.PageFirst},
-		{store.Top, feed.Key{ContentID: 2}, nil, store.PageAll},
-		{store.Top, feed.Key{PublishTime: 1}, nil, store.PageAll},
+		{store.Top, feed.Key{ContentID: 2}, nil, store.PageSince},
+		{store.Top, feed.Key{PublishTime: 1}, nil, store.PageSince},
 		{store.Top, feed.Key{}, []string{"post"}, store.PageKind},
 		{cursor, feed.Key{ContentID: 1}, nil, store.PageNext},
 		{cursor, feed.Key{PublishTime: 1}, nil, store.PageAll},
@@ -146,21 +148,26 @@ func TestPageStatements(t *testing.T) {
 	}
 	for _, user := range []uint64{5, 6, 7, 8, 9} {
 		for _, limit := range []int{3, 22} {
-			for _, before := range []feed.Key{store.Top, cursor} {
-				q, pull, args := store.FeedNextPageSQL, store.FeedNextPullSQL, []any{user, before.PublishTime, before.PublishTime, before.ContentID, limit}
-				if before == store.Top {
-					q, pull, args = store.FeedFirstPageSQL, store.FeedFirstPullSQL, []any{user, limit}
+			for _, c := range []struct {
+				before, from feed.Key
+				q, pull      string
+				args         []any
+			}{
+				{store.Top, feed.Key{ContentID: 1}, store.FeedFirstPageSQL, store.FeedFirstPullSQL, []any{user, limit}},
+				{cursor, feed.Key{ContentID: 1}, store.FeedNextPageSQL, store.FeedNextPullSQL, []any{user, cursor.PublishTime, cursor.PublishTime, cursor.ContentID, limit}},
+				{store.Top, since, store.FeedSincePageSQL, store.FeedSincePullSQL, []any{user, since.PublishTime, since.PublishTime, since.ContentID, limit}},
+			} {
+				b, f := c.before, c.from
+				want := read(store.FeedPageSQL, user, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, f.PublishTime, f.ContentID, limit)
+				if got := read(c.q, c.args...); !reflect.DeepEqual(got, want) {
+					t.Errorf("user %d, below %v from %v, limit %d: read %v, want %v", user, b, f, limit, got, want)
 				}
-				want := read(store.FeedPageSQL, user, before.PublishTime, before.PublishTime, before.ContentID, 0, 0, 1, limit)
-				if got := read(q, args...); !reflect.DeepEqual(got, want) {
-					t.Errorf("user %d, below %v, limit %d: read %v, want %v", user, before, limit, got, want)
-				}
-				if before == store.Top && user != 7 && user != 9 && len(want) < min(entries[user]+1, limit) {
+				if b == store.Top && f == (feed.Key{ContentID: 1}) && user != 7 && user != 9 && len(want) < min(entries[user]+1, limit) {
 					t.Errorf("user %d, limit %d: %d rows, want %d", user, limit, len(want), min(entries[user]+1, limit))
 				}
-				want = read(store.FeedPagePullSQL, user, user, before.PublishTime, before.PublishTime, before.ContentID, 0, 0, 1, limit)
-				if got := read(pull, append([]any{user}, args...)...); !reflect.DeepEqual(got, want) {
-					t.Errorf("user %d, below %v, limit %d, with the pull authors: read %v, want %v", user, before, limit, got, want)
+				want = read(store.FeedPagePullSQL, user, user, b.PublishTime, b.PublishTime, b.ContentID, f.PublishTime, f.PublishTime, f.ContentID, limit)
+				if got := read(c.pull, append([]any{user}, c.args...)...); !reflect.DeepEqual(got, want) {
+					t.Errorf("user %d, below %v from %v, limit %d, with the pull authors: read %v, want %v", user, b, f, limit, got, want)
 				}
 			}
 		}
