@@ -255,7 +255,7 @@ func (sh *Shard) readFeedPage(ctx context.Context, withPull bool, userID uint64,
 	}
 	var rows *sql.Rows
 	if len(kinds) <= 1 {
-		st, err := sh.feedStmt(ctx, stmt)
+		st, err := sh.hotStmt(ctx, stmt)
 		if err != nil {
 			return snap, false, err
 		}
@@ -321,11 +321,12 @@ func kindOf(b sql.RawBytes) string {
 	return string(b)
 }
 
-// The page statements a shard prepares, by the page they read
-// (pageStmtOf): between two bounds, of one kind (its IN list of one takes
-// a kind where sqlx.In would take a list), first pages with and without a
-// lower bound and pages below a cursor without one, each with the pull
-// authors after it.
+// The statements a shard prepares, its hot reads: the page statements, by
+// the page they read (pageStmtOf): between two bounds, of one kind (its IN
+// list of one takes a kind where sqlx.In would take a list), first pages
+// with and without a lower bound and pages below a cursor without one,
+// each with the pull authors after it; and the marker read that precedes
+// an unread count.
 const (
 	pageAll = iota
 	pagePull
@@ -337,10 +338,11 @@ const (
 	pageNextPull
 	pageSince
 	pageSincePull
-	numPageStmts
+	markerRead
+	numHotStmts
 )
 
-var pageStmtSQL = [numPageStmts]string{
+var hotStmtSQL = [numHotStmts]string{
 	pageAll:       feedPageSQL,
 	pagePull:      feedPagePullSQL,
 	pageKind:      feedPageKindsSQL,
@@ -351,23 +353,24 @@ var pageStmtSQL = [numPageStmts]string{
 	pageNextPull:  feedNextPagePullSQL,
 	pageSince:     feedSincePageSQL,
 	pageSincePull: feedSincePagePullSQL,
+	markerRead:    getMarkerSQL,
 }
 
-// feedStmt returns the shard's prepared page statement i (pageAll, …),
+// hotStmt returns the shard's prepared statement i (pageAll, …),
 // preparing it on first use; database/sql then prepares it once per
 // pooled connection.
-func (sh *Shard) feedStmt(ctx context.Context, i int) (*sqlx.Stmt, error) {
+func (sh *Shard) hotStmt(ctx context.Context, i int) (*sqlx.Stmt, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	c := classOf(ctx)
-	if sh.feedPage[c][i] == nil {
-		st, err := sh.pools[c].PreparexContext(ctx, pageStmtSQL[i])
+	if sh.hot[c][i] == nil {
+		st, err := sh.pools[c].PreparexContext(ctx, hotStmtSQL[i])
 		if err != nil {
 			return nil, err
 		}
-		sh.feedPage[c][i] = st
+		sh.hot[c][i] = st
 	}
-	return sh.feedPage[c][i], nil
+	return sh.hot[c][i], nil
 }
 
 const activitySQL = `SELECT last_read_at, active_since FROM inbox WHERE user_id = ? AND ` + headerKeySQL

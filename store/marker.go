@@ -55,7 +55,7 @@ func (s *Store) AdvanceMarker(ctx context.Context, userID uint64, k feed.Key, no
 			return err
 		}
 		var err error
-		m, _, err = getMarker(ctx, tx, lockMarkerSQL, userID)
+		m, _, err = getMarker(tx.QueryRowxContext(ctx, lockMarkerSQL, userID))
 		return err
 	})
 	return m, wrap("advance marker", err)
@@ -63,13 +63,17 @@ func (s *Store) AdvanceMarker(ctx context.Context, userID uint64, k feed.Key, no
 
 // GetMarker returns the user's marker; ok is false when the user never set one.
 func (s *Store) GetMarker(ctx context.Context, userID uint64) (m Marker, ok bool, err error) {
-	m, ok, err = getMarker(ctx, s.ShardOf(userID).pool(ctx), getMarkerSQL, userID)
+	st, err := s.ShardOf(userID).hotStmt(ctx, markerRead)
+	if err == nil {
+		m, ok, err = getMarker(st.QueryRowxContext(ctx, userID))
+	}
 	return m, ok, wrap("get marker", err)
 }
 
-func getMarker(ctx context.Context, q sqlx.QueryerContext, query string, userID uint64) (Marker, bool, error) {
+// getMarker scans a marker row, of getMarkerSQL's columns.
+func getMarker(row *sqlx.Row) (Marker, bool, error) {
 	var r markerRow
-	err := sqlx.GetContext(ctx, q, &r, query, userID)
+	err := row.StructScan(&r)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Marker{}, false, nil
 	} else if err != nil {

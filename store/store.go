@@ -38,11 +38,10 @@ type Shard struct {
 	// conn opens DB's connections; closing it closes its kill pool.
 	conn *sqlconn.Connector
 
-	mu sync.Mutex // guards feedPage
-	// feedPage holds the hot reads per class, prepared once per
-	// connection, so the server parses each once: the page statements
-	// (pageStmtSQL).
-	feedPage  [numClasses][numPageStmts]*sqlx.Stmt
+	mu sync.Mutex // guards hot
+	// hot holds the hot reads per class, prepared once per connection, so
+	// the server parses each once (hotStmtSQL).
+	hot       [numClasses][numHotStmts]*sqlx.Stmt
 	pullHints userHints
 
 	health    shardHealth
@@ -185,7 +184,7 @@ func parseDSN(dsn string) (*mysql.Config, error) {
 func (s *Store) Close() error {
 	var errs []error
 	for _, sh := range s.shards {
-		for _, stmts := range sh.feedPage {
+		for _, stmts := range sh.hot {
 			for _, st := range stmts {
 				if st != nil {
 					errs = append(errs, st.Close())
