@@ -241,7 +241,8 @@ func TestExplainRangeScans(t *testing.T) {
 				rangeScan(t, explain(t, sh, store.FeedPagePullSQL, 7, 7, c.t, c.t, c.id, from[0], from[0], from[1], 22), "inbox")
 			}
 		}
-		// A first page scans the user's whole range, the header first.
+		// A first page scans the user's range from the header down, with or
+		// without a lower bound; a later page without one, from the cursor.
 		rangeScan(t, explain(t, sh, store.FeedFirstPageSQL, 7, 22), "inbox", "ref", "range")
 		rangeScan(t, explain(t, sh, store.FeedFirstPullSQL, 7, 7, 22), "inbox", "ref", "range")
 		rangeScan(t, explain(t, sh, store.FeedNextPageSQL, 7, mid.t, mid.t, mid.id, 22), "inbox")

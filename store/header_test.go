@@ -82,18 +82,19 @@ func openStore(t *testing.T, m *shardmap.Map) *store.Store {
 	return st
 }
 
-// TestPageStatements checks that the statements of first pages, with and
-// without a lower bound, and of pages below a cursor without one, which
-// leave out the bounds that do not bound such pages,
-// return what the general page statement returns with those bounds, with
-// and without the pull authors: for a user with a header and more entries
-// than the limit, one with fewer between two neighbours' ranges, one
-// without a header, one with a header alone, and one with nothing.
+// TestPageStatements checks which statement each page reads with, and that
+// the statements of first pages, with and without a lower bound, and of
+// pages below a cursor without one, which leave out the bounds that do not
+// bound such pages, return what the general page statement returns with
+// those bounds, with and without the pull authors: for a user with a
+// header and more entries than the limit, one with fewer between two
+// neighbours' ranges, one without a header, one with a header alone, and
+// one with nothing.
 func TestPageStatements(t *testing.T) {
 	t.Parallel()
-	// A page with no since reads from just above the zero key.
 	cursor := feed.Key{PublishTime: t0 + 105, ContentID: 5010}
 	since := feed.Key{PublishTime: t0 + 205, ContentID: 5020}
+	// A page with no since reads from just above the zero key.
 	for _, c := range []struct {
 		before, from feed.Key
 		kinds        []string
