@@ -94,15 +94,6 @@ func Classify(err error) error { return classify(err) }
 // TxAttempts is how many times InTx runs a conflicting transaction.
 const TxAttempts = txAttempts
 
-// NewestTime is newestTime over bare times.
-func NewestTime(times []int64, i int) int64 {
-	heads := make([]sourceHead, len(times))
-	for j, t := range times {
-		heads[j].t = t
-	}
-	return newestTime(heads, i)
-}
-
 // OnTarget runs fn in the transaction a fan-out write to another database
 // than the author's runs in.
 func (s *Store) OnTarget(ctx context.Context, target *Shard, fn func(ctx context.Context, tx *sqlx.Tx) (int64, error)) (int64, error) {

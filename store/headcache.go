@@ -3,6 +3,7 @@ package store
 import (
 	"cmp"
 	"context"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strings"
@@ -58,7 +59,7 @@ func bumpBackdates(ctx context.Context, tx *sqlx.Tx, p feed.Post, now int64) err
 // with: a range is cached only if it lies a margin and twice the skew below
 // now, where no post can arrive without being backdated.
 func (s *Store) CacheHeads(skew time.Duration, now func() time.Time) {
-	c := &headCache{below: backdateMargin + 2*skew, now: now}
+	c := &headCache{below: backdateMargin + 2*skew, now: now, seed: maphash.MakeSeed(), scrolls: map[uint64]*scrollKnown{}}
 	for i := range c.stripes {
 		c.stripes[i].m = map[outboxView]outboxKnown{}
 	}
@@ -76,6 +77,9 @@ type headCache struct {
 		mu sync.Mutex
 		m  map[outboxView]outboxKnown
 	}
+	seed     maphash.Seed
+	scrollMu sync.Mutex
+	scrolls  map[uint64]*scrollKnown // by scrollKey
 }
 
 // outboxView is what a read sees of an author's outbox: its posts of every
@@ -248,9 +252,9 @@ func (s *Store) learn(ctx context.Context, sources []PullSource, timeout time.Du
 }
 
 // cached returns the head of src from what is known, or ok=false.
-func (k *knowledge) cached(src PullSource) (h sourceHead, found, ok bool) {
+func (k *knowledge) cached(src PullSource) (t int64, found, ok bool) {
 	if k == nil {
-		return h, false, false
+		return 0, false, false
 	}
 	st := k.c.stripe(src.AuthorID)
 	st.mu.Lock()
@@ -258,14 +262,12 @@ func (k *knowledge) cached(src PullSource) (h sourceHead, found, ok bool) {
 	st.mu.Unlock()
 	// Under one epoch an author stays on one database: e.sh is its own.
 	if !in || e.epoch != k.epoch {
-		return h, false, false
+		return 0, false, false
 	}
 	if seq, read := k.seqs[e.sh]; !read || e.seq != seq {
-		return h, false, false
+		return 0, false, false
 	}
-	lo, hi := src.timeRange()
-	t, found, ok := e.head(lo, hi)
-	return sourceHead{src: src, t: t}, found, ok
+	return e.head(src.timeRange())
 }
 
 // keep records what a read learned of an author's outbox, in the read's
@@ -297,19 +299,18 @@ func (k *knowledge) keep(author uint64, lo, hi int64, times []int64) {
 	st.m[outboxView{author, k.kinds}] = e
 }
 
-// keepHeads records what a heads statement over srcs (one time range)
-// found: no post above each head, none at all in range for the sources
-// without one.
-func (k *knowledge) keepHeads(srcs []PullSource, heads map[uint64]int64) {
-	if k == nil || len(srcs) == 0 {
+// keepHeads records what a heads statement over the authors' posts in
+// the times lo..hi found: no post above each head, none at all in range
+// for the authors without one.
+func (k *knowledge) keepHeads(authors []uint64, lo, hi int64, heads map[uint64]int64) {
+	if k == nil {
 		return
 	}
-	lo, hi := srcs[0].timeRange()
-	for _, src := range srcs {
-		if t, ok := heads[src.AuthorID]; ok {
-			k.keep(src.AuthorID, t, hi, []int64{t})
+	for _, a := range authors {
+		if t, ok := heads[a]; ok {
+			k.keep(a, t, hi, []int64{t})
 		} else {
-			k.keep(src.AuthorID, lo, hi, nil)
+			k.keep(a, lo, hi, nil)
 		}
 	}
 }
@@ -373,4 +374,134 @@ func (k *knowledge) keepWindows(srcs []PullSource, posts []feed.Post, below map[
 		}
 		k.keep(src.AuthorID, lo, src.Before.PublishTime-1, times)
 	}
+}
+
+// The pages of one deep scroll ask for the same thousands of sources, each
+// page below the last one's last item, and a lookup per source a page cost
+// more than the page's statements. So PullNewest also keeps, per list of
+// sources that share their upper bound, the heads it derived for them,
+// newest first: for a lower bound the heads at or below it still hold
+// (a head may stand above its source's posts), and those above it are of
+// the few sources the page before read, which are derived again. The list
+// is valid as long as what it was derived from (the same sequences, the
+// same epoch), and only for a bound that lies where posts are kept.
+
+// headCacheScrolls bounds the lists of sources a process keeps heads of.
+const headCacheScrolls = 256
+
+// scrollKnown is what a read derived of the heads of a list of sources
+// below before, under the layout epoch and the backdate sequences seqs:
+// heads, newest first, of every source of the list with a post in range.
+type scrollKnown struct {
+	sources []scrollSource
+	kinds   string
+	epoch   int64
+	seqs    map[*Shard]uint64
+	before  feed.Key
+	heads   []sourceHead
+}
+
+// scrollSource is what a source of a list is besides the shared bound.
+type scrollSource struct {
+	author uint64
+	from   feed.Key
+}
+
+// scrollKey returns the key of a read's list of sources, and whether the
+// list can be kept: the sources share their upper bound, which lies where
+// k keeps what it learns.
+func (k *knowledge) scrollKey(sources []PullSource) (uint64, bool) {
+	if k == nil {
+		return 0, false
+	}
+	before := sources[0].Before
+	if _, hi := sources[0].timeRange(); hi > k.top {
+		return 0, false
+	}
+	h := maphash.String(k.c.seed, k.kinds)
+	for _, src := range sources {
+		if src.Before != before {
+			return 0, false
+		}
+		for _, w := range [...]uint64{src.AuthorID, uint64(src.From.PublishTime), src.From.ContentID} {
+			h = (h ^ w) * 0x100000001b3
+		}
+	}
+	return h, true
+}
+
+// scroll returns the heads kept of the sources (their key), or nil when
+// none are kept at their bound or above under what k read.
+func (k *knowledge) scroll(key uint64, sources []PullSource) *scrollKnown {
+	k.c.scrollMu.Lock()
+	e := k.c.scrolls[key]
+	k.c.scrollMu.Unlock()
+	if e == nil || e.kinds != k.kinds || e.epoch != k.epoch || !maps.Equal(e.seqs, k.seqs) ||
+		e.before.Less(sources[0].Before) || len(e.sources) != len(sources) {
+		return nil
+	}
+	for i, src := range sources {
+		if e.sources[i] != (scrollSource{src.AuthorID, src.From}) {
+			return nil
+		}
+	}
+	return e
+}
+
+// keepScroll records the heads, newest first, derived of the sources
+// (their key).
+func (k *knowledge) keepScroll(key uint64, sources []PullSource, heads []sourceHead) {
+	e := &scrollKnown{sources: make([]scrollSource, len(sources)), kinds: k.kinds, epoch: k.epoch,
+		seqs: maps.Clone(k.seqs), before: sources[0].Before, heads: heads}
+	for i, src := range sources {
+		e.sources[i] = scrollSource{src.AuthorID, src.From}
+	}
+	k.c.scrollMu.Lock()
+	defer k.c.scrollMu.Unlock()
+	if len(k.c.scrolls) >= headCacheScrolls {
+		for key := range k.c.scrolls { // evict an arbitrary list
+			delete(k.c.scrolls, key)
+			break
+		}
+	}
+	k.c.scrolls[key] = e
+}
+
+// scrollHeads returns the heads of the sources, newest first: pullHeads'
+// of every source, or, when k keeps the list's heads at its bound or
+// above, those, with the ones above the bound derived again. A list read
+// whole (no database missing) is kept for its next page.
+func (s *Store) scrollHeads(ctx context.Context, sources []PullSource, timeout time.Duration, k *knowledge) ([]sourceHead, Pulled, error) {
+	key, keep := k.scrollKey(sources)
+	var (
+		ask  []int32
+		kept []sourceHead
+	)
+	var e *scrollKnown
+	if keep {
+		e = k.scroll(key, sources)
+	}
+	if e != nil {
+		_, hi := sources[0].timeRange()
+		n := 0
+		for n < len(e.heads) && e.heads[n].t > hi {
+			ask = append(ask, e.heads[n].i)
+			n++
+		}
+		kept = e.heads[n:]
+	} else {
+		ask = make([]int32, len(sources))
+		for i := range ask {
+			ask[i] = int32(i)
+		}
+	}
+	got, out, err := s.pullHeads(ctx, sources, ask, timeout, k)
+	if err != nil {
+		return nil, Pulled{}, err
+	}
+	heads := mergeHeads(newestFirst(got), kept)
+	if keep && len(out.Missing) == 0 {
+		k.keepScroll(key, sources, heads)
+	}
+	return heads, out, nil
 }

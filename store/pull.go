@@ -127,24 +127,25 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 			return gone
 		})
 	}
-	heads, out, err := s.pullHeads(ctx, sources, shardTimeout, k)
+	heads, out, err := s.scrollHeads(ctx, sources, shardTimeout, k)
 	if err != nil {
 		return Pulled{}, err
 	}
 	out.add(learnt)
+	// The heads name sources by their place in srcs, which the sources read
+	// again below a bound join (a copy: the caller's list stays as it is).
+	srcs := slices.Clip(sources)
 	need := limit
 	for len(heads) > 0 {
 		read, bounded := heads, len(heads) > need+1
 		var bound feed.Key // the key (B, 0): posts at or above it are at B or later
 		if bounded {
-			bound.PublishTime = newestTime(heads, need)
-			// The sources at or above the bound first, the others after.
-			i := 0
-			for j := range heads {
-				if heads[j].t >= bound.PublishTime {
-					heads[i], heads[j] = heads[j], heads[i]
-					i++
-				}
+			bound.PublishTime = heads[need].t
+			// The heads are newest first: the sources at or above the
+			// bound lead.
+			i := need + 1
+			for i < len(heads) && heads[i].t >= bound.PublishTime {
+				i++
 			}
 			read, heads = heads[:i], heads[i:]
 		} else {
@@ -152,11 +153,11 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 		}
 		ask := make([]PullSource, len(read))
 		for i, h := range read {
-			ask[i] = h.src
+			ask[i] = srcs[h.i]
 		}
 		var got Pulled
 		if bounded {
-			got, err = s.pullWindows(ctx, read, bound, need, shardTimeout, k)
+			got, err = s.pullWindows(ctx, ask, bound, need, shardTimeout, k)
 		} else if got, err = s.PullPosts(ctx, ask, need, shardTimeout); err == nil {
 			k.keepPosts(ask, got, need)
 		}
@@ -168,21 +169,21 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 			break
 		}
 		need -= len(got.Posts)
-		below := make([]PullSource, 0, len(read))
-		for _, h := range read {
-			src := h.src
+		below := make([]int32, 0, len(ask))
+		for _, src := range ask {
 			if _, gone := slices.BinarySearch(got.Missing, src.AuthorID); gone {
 				continue
 			}
 			src.Before = olderKey(src.Before, bound)
-			below = append(below, src)
+			below = append(below, int32(len(srcs)))
+			srcs = append(srcs, src)
 		}
-		more, stats, err := s.pullHeads(ctx, below, shardTimeout, k)
+		more, stats, err := s.pullHeads(ctx, srcs, below, shardTimeout, k)
 		if err != nil {
 			return Pulled{}, err
 		}
 		out.add(stats)
-		heads = append(heads, more...)
+		heads = mergeHeads(newestFirst(more), heads)
 	}
 	return out, nil
 }
@@ -232,15 +233,14 @@ WHERE author_id IN (?) AND kind IN (?) AND publish_time >= ? AND publish_time <=
 // window), and those sources are read with PullPosts' statements instead,
 // limit posts each. With k it keeps what it read, and reads the sources'
 // heads below the bound along with each window.
-func (s *Store) pullWindows(ctx context.Context, read []sourceHead, bound feed.Key, limit int, shardTimeout time.Duration, k *knowledge) (Pulled, error) {
+func (s *Store) pullWindows(ctx context.Context, read []PullSource, bound feed.Key, limit int, shardTimeout time.Duration, k *knowledge) (Pulled, error) {
 	maxRows := windowRows * max(limit, 1)
-	srcs := make([]PullSource, len(read))
+	srcs := slices.Clone(read)
 	lows := make(map[uint64]int64, len(read)) // where each source's range starts
-	for i, h := range read {
-		srcs[i] = h.src
-		if srcs[i].From.Less(bound) {
+	for i, src := range read {
+		if src.From.Less(bound) {
 			srcs[i].From = bound
-			lows[h.src.AuthorID] = h.src.From.PublishTime
+			lows[src.AuthorID] = src.From.PublishTime
 		}
 	}
 	var rows atomic.Int64
@@ -333,34 +333,23 @@ func windowChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, maxRows i
 	return posts, heads, n, nil
 }
 
-// newestTime returns the (i+1)-th newest time of the heads, i < len(heads):
-// thousands of heads a page against a page's i, so it keeps the i+1
-// newest in a min-heap rather than sorting them all.
-func newestTime(heads []sourceHead, i int) int64 {
-	top := make([]int64, 0, i+1)
-	for _, h := range heads {
-		switch {
-		case len(top) < i+1:
-			top = append(top, h.t)
-			for c := len(top) - 1; c > 0 && top[(c-1)/2] > top[c]; c = (c - 1) / 2 {
-				top[(c-1)/2], top[c] = top[c], top[(c-1)/2]
-			}
-		case h.t > top[0]:
-			top[0] = h.t
-			for p := 0; ; {
-				c := 2*p + 1
-				if c+1 < len(top) && top[c+1] < top[c] {
-					c++
-				}
-				if c >= len(top) || top[p] <= top[c] {
-					break
-				}
-				top[p], top[c] = top[c], top[p]
-				p = c
-			}
+// newestFirst sorts heads newest first, and returns them.
+func newestFirst(heads []sourceHead) []sourceHead {
+	slices.SortFunc(heads, func(a, b sourceHead) int { return cmp.Compare(b.t, a.t) })
+	return heads
+}
+
+// mergeHeads merges two lists of heads, each newest first, into a new one.
+func mergeHeads(a, b []sourceHead) []sourceHead {
+	out := make([]sourceHead, 0, len(a)+len(b))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].t >= b[0].t {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
 		}
 	}
-	return top[0]
+	return append(append(out, a...), b...)
 }
 
 // olderKey returns the older of two keys: the tighter of two "older than"
@@ -372,11 +361,19 @@ func olderKey(a, b feed.Key) feed.Key {
 	return b
 }
 
-// sourceHead is a source with its head: the publish time of its newest post
-// in range, or a later one (pullHeadsSQL).
+// sourceHead is the head of a source of a read: the publish time of its
+// newest post in range, or a later one (pullHeadsSQL). Thousands of them a
+// deep page: the source is named by its place in the read's list.
 type sourceHead struct {
-	src PullSource
-	t   int64
+	i int32
+	t int64
+}
+
+// askedSource is a source whose head a read asks for, with its place in
+// the read's list.
+type askedSource struct {
+	PullSource
+	i int32
 }
 
 // headChunk bounds the authors of one heads statement: MariaDB turns an IN
@@ -412,44 +409,37 @@ func (src PullSource) timeRange() (lo, hi int64) {
 	return src.From.PublishTime, hi
 }
 
-// pullHeads reads the heads of the sources, from what k knows where it
-// can and otherwise with one statement per headChunk sources that share
-// their time range; sources without a post in it are left out.
-func (s *Store) pullHeads(ctx context.Context, sources []PullSource, timeout time.Duration, k *knowledge) ([]sourceHead, Pulled, error) {
-	// Thousands of sources a deep page, most of them known: what is asked
-	// grows as needed, and the heads read join the known ones.
-	var known []sourceHead
-	ask := sources
-	if k != nil {
-		known, ask = make([]sourceHead, 0, len(sources)), nil
-		for _, src := range sources {
-			switch h, found, ok := k.cached(src); {
-			case !ok:
-				ask = append(ask, src)
-			case found:
-				known = append(known, h)
-			}
+// pullHeads reads the heads of the sources srcs[i] for each i of ask,
+// from what k knows where it can and otherwise with one statement per
+// headChunk sources that share their time range; sources without a post in
+// it are left out.
+func (s *Store) pullHeads(ctx context.Context, srcs []PullSource, ask []int32, timeout time.Duration, k *knowledge) ([]sourceHead, Pulled, error) {
+	known := make([]sourceHead, 0, len(ask))
+	var unknown []askedSource
+	for _, i := range ask {
+		switch t, found, ok := k.cached(srcs[i]); {
+		case !ok:
+			unknown = append(unknown, askedSource{srcs[i], i})
+		case found:
+			known = append(known, sourceHead{i, t})
 		}
 	}
-	heads, out, err := readShards(ctx, s, ask, timeout, func(ctx context.Context, sh *Shard, srcs []PullSource) ([]sourceHead, int, error) {
-		chunks := groupedChunks(srcs, headChunk, func(src PullSource) ([2]int64, bool) {
+	heads, out, err := readShards(ctx, s, unknown, timeout, func(ctx context.Context, sh *Shard, srcs []askedSource) ([]sourceHead, int, error) {
+		chunks := groupedChunks(srcs, headChunk, func(src askedSource) ([2]int64, bool) {
 			lo, hi := src.timeRange()
 			return [2]int64{lo, hi}, lo <= hi
 		})
-		return runChunks(ctx, chunks, func(ctx context.Context, chunk []PullSource) ([]sourceHead, int, error) {
+		return runChunks(ctx, chunks, func(ctx context.Context, chunk []askedSource) ([]sourceHead, int, error) {
 			return headsChunkOf(ctx, sh, chunk, k)
 		})
 	})
 	out.Rows = len(heads)
-	if len(known) == 0 {
-		return heads, out, err
-	}
 	return append(known, heads...), out, err
 }
 
 // headsChunkOf runs one heads statement over sources that share their time
 // range.
-func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, k *knowledge) ([]sourceHead, int, error) {
+func headsChunkOf(ctx context.Context, sh *Shard, chunk []askedSource, k *knowledge) ([]sourceHead, int, error) {
 	lo, hi := chunk[0].timeRange()
 	ids := make([]uint64, len(chunk))
 	for i, src := range chunk {
@@ -476,15 +466,20 @@ func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, k *knowled
 			byAuthor[r.AuthorID] = r.T
 		}
 	}
-	k.keepHeads(chunk, byAuthor)
+	k.keepHeads(ids, lo, hi, byAuthor)
 	out := make([]sourceHead, 0, len(rows))
 	for _, src := range chunk {
 		if t, ok := byAuthor[src.AuthorID]; ok {
-			out = append(out, sourceHead{src: src, t: t})
+			out = append(out, sourceHead{src.i, t})
 		}
 	}
 	return out, 1, nil
 }
+
+// authored is a source of a read, which lives on its author's database.
+type authored interface{ author() uint64 }
+
+func (src PullSource) author() uint64 { return src.AuthorID }
 
 // readShards runs read over each database's share of the sources, the
 // databases in parallel, each within timeout when it is above zero, and
@@ -492,16 +487,16 @@ func headsChunkOf(ctx context.Context, sh *Shard, chunk []PullSource, k *knowled
 // fails, or whose last probe could not read it, costs only its own sources:
 // their authors come back in Missing. The error is for ctx itself ending,
 // which fails the whole read.
-func readShards[T any](ctx context.Context, s *Store, sources []PullSource, timeout time.Duration,
-	read func(ctx context.Context, sh *Shard, srcs []PullSource) ([]T, int, error)) ([]T, Pulled, error) {
-	byShard := map[*Shard][]PullSource{}
+func readShards[S authored, T any](ctx context.Context, s *Store, sources []S, timeout time.Duration,
+	read func(ctx context.Context, sh *Shard, srcs []S) ([]T, int, error)) ([]T, Pulled, error) {
+	byShard := map[*Shard][]S{}
 	for _, src := range sources {
-		sh := s.ShardOf(src.AuthorID)
+		sh := s.ShardOf(src.author())
 		byShard[sh] = append(byShard[sh], src)
 	}
 	type part struct {
 		sh      *Shard
-		srcs    []PullSource
+		srcs    []S
 		got     []T
 		queries int
 		err     error
@@ -537,7 +532,7 @@ func readShards[T any](ctx context.Context, s *Store, sources []PullSource, time
 		}
 		out.Err = cmp.Or(out.Err, p.err)
 		for _, src := range p.srcs {
-			out.Missing = append(out.Missing, src.AuthorID)
+			out.Missing = append(out.Missing, src.author())
 		}
 	}
 	slices.Sort(out.Missing)
@@ -578,9 +573,9 @@ func unreadable(sh *Shard, h Health) error {
 // groupedChunks splits srcs into runs of at most n sources that share
 // their key, in the order the keys first appear; sources without one
 // (ok=false) are left out.
-func groupedChunks[K comparable](srcs []PullSource, n int, key func(PullSource) (k K, ok bool)) [][]PullSource {
+func groupedChunks[S any, K comparable](srcs []S, n int, key func(S) (k K, ok bool)) [][]S {
 	var keys []K
-	byKey := map[K][]PullSource{}
+	byKey := map[K][]S{}
 	for _, src := range srcs {
 		k, ok := key(src)
 		if !ok {
@@ -591,7 +586,7 @@ func groupedChunks[K comparable](srcs []PullSource, n int, key func(PullSource) 
 		}
 		byKey[k] = append(byKey[k], src)
 	}
-	var out [][]PullSource
+	var out [][]S
 	for _, k := range keys {
 		out = append(out, chunked(byKey[k], n)...)
 	}
@@ -599,8 +594,8 @@ func groupedChunks[K comparable](srcs []PullSource, n int, key func(PullSource) 
 }
 
 // chunked splits srcs into runs of at most n.
-func chunked(srcs []PullSource, n int) [][]PullSource {
-	var out [][]PullSource
+func chunked[S any](srcs []S, n int) [][]S {
+	var out [][]S
 	for start := 0; start < len(srcs); start += n {
 		out = append(out, srcs[start:min(start+n, len(srcs))])
 	}
@@ -615,7 +610,7 @@ const pullParallel = 4
 // runChunks runs read over each chunk, up to pullParallel at once, and
 // returns what they read and the statements that completed (read says how
 // many it ran); the first failure fails them all.
-func runChunks[T any](ctx context.Context, chunks [][]PullSource, read func(ctx context.Context, chunk []PullSource) ([]T, int, error)) ([]T, int, error) {
+func runChunks[S, T any](ctx context.Context, chunks [][]S, read func(ctx context.Context, chunk []S) ([]T, int, error)) ([]T, int, error) {
 	var (
 		mu      sync.Mutex
 		out     []T

@@ -263,13 +263,15 @@ func TestPullNewestRows(t *testing.T) {
 // below the cursor shows on the next page (its database's backdate
 // sequence moved, so that page reads the heads of that database again),
 // and neither a deleted head nor a post published at the current time
-// costs that. A scroll of one kind beside it keeps what it learns apart
+// costs that; a source that joins the list or leaves it midway counts from
+// the next page on. A scroll of one kind beside it keeps what it learns apart
 // (heads of photos are not an author's heads) and holds to the same.
 func TestPullNewestCache(t *testing.T) {
 	t.Parallel()
 	writer, reader := twoProcesses(t)
 	rng := rand.New(rand.NewPCG(9, 9))
 	authors := append(idsOn(writer, 0, 100, 300), idsOn(writer, 1, 100, 300)...)
+	late := idOn(writer, 1, 50_000) // an author whose posts join the scroll's sources midway
 	var o outboxes
 	o.deleted = map[uint64]bool{}
 	id := uint64(1_000_000)
@@ -279,7 +281,7 @@ func TestPullNewestCache(t *testing.T) {
 		}
 		return feed.KindPost
 	}
-	for _, a := range authors {
+	for _, a := range append(authors, late) {
 		for range 6 {
 			id++
 			o.posts = append(o.posts, feed.Post{ContentID: id, AuthorID: a, PublishTime: t0 + rng.Int64N(1_000_000), Kind: kindOf(id)})
@@ -339,6 +341,10 @@ func TestPullNewestCache(t *testing.T) {
 			o.posts = append(o.posts, publishNow(db0[rng.IntN(len(db0))], id, before.PublishTime-1, feed.KindPost))
 			id++
 			o.posts = append(o.posts, publishNow(db0[rng.IntN(len(db0))], id, beforePhoto.PublishTime-1, "photo"))
+		case 13: // a source joins the list (a follow), with posts below the cursors
+			authors = append(slices.Clip(authors), late)
+		case 16: // and one leaves it (an unfollow)
+			authors = authors[1:]
 		}
 	}
 
@@ -365,23 +371,6 @@ func TestPullNewestCache(t *testing.T) {
 		if page == 1 {
 			id++
 			o.posts = append(o.posts, publishNow(silent[0], id, before.PublishTime-1, feed.KindPost))
-		}
-	}
-}
-
-// TestNewestTime checks the threshold's selection against a sort, on
-// random times with many ties.
-func TestNewestTime(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	for range 500 {
-		times := make([]int64, 1+r.IntN(300))
-		for j := range times {
-			times[j] = r.Int64N(50)
-		}
-		i := r.IntN(len(times))
-		sorted := slices.Sorted(slices.Values(times))
-		if got, want := store.NewestTime(times, i), sorted[len(sorted)-1-i]; got != want {
-			t.Fatalf("newest time #%d of %v = %d, want %d", i+1, times, got, want)
 		}
 	}
 }
