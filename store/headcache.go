@@ -212,8 +212,11 @@ func (s *Store) learn(ctx context.Context, sources []PullSource, timeout time.Du
 		return nil, Pulled{}, nil
 	}
 	asked := map[*Shard]bool{}
+	var last *Shard
 	for _, src := range sources {
-		asked[s.ShardOf(src.AuthorID)] = true
+		if sh := s.ShardOf(src.AuthorID); sh != last { // thousands of sources, few databases
+			asked[sh], last = true, sh
+		}
 	}
 	r, ok := ctx.Value(aheadKey{}).(*seqsRead)
 	if !ok || r.epoch != s.Epoch() {
@@ -449,12 +452,16 @@ func (k *knowledge) scroll(key uint64, sources []PullSource) *scrollKnown {
 }
 
 // keepScroll records the heads, newest first, derived of the sources
-// (their key).
-func (k *knowledge) keepScroll(key uint64, sources []PullSource, heads []sourceHead) {
-	e := &scrollKnown{sources: make([]scrollSource, len(sources)), kinds: k.kinds, epoch: k.epoch,
-		seqs: maps.Clone(k.seqs), before: sources[0].Before, heads: heads}
-	for i, src := range sources {
-		e.sources[i] = scrollSource{src.AuthorID, src.From}
+// (their key), from was when they were derived from it (or nil).
+func (k *knowledge) keepScroll(key uint64, sources []PullSource, heads []sourceHead, from *scrollKnown) {
+	e := &scrollKnown{kinds: k.kinds, epoch: k.epoch, seqs: k.seqs, before: sources[0].Before, heads: heads}
+	if from != nil {
+		e.sources = from.sources // the same list: kept lists are not changed
+	} else {
+		e.sources = make([]scrollSource, len(sources))
+		for i, src := range sources {
+			e.sources[i] = scrollSource{src.AuthorID, src.From}
+		}
 	}
 	k.c.scrollMu.Lock()
 	defer k.c.scrollMu.Unlock()
@@ -501,7 +508,7 @@ func (s *Store) scrollHeads(ctx context.Context, sources []PullSource, timeout t
 	}
 	heads := mergeHeads(newestFirst(got), kept)
 	if keep && len(out.Missing) == 0 {
-		k.keepScroll(key, sources, heads)
+		k.keepScroll(key, sources, heads, e)
 	}
 	return heads, out, nil
 }
