@@ -394,7 +394,9 @@ const headCacheScrolls = 256
 
 // scrollKnown is what a read derived of the heads of a list of sources
 // below before, under the layout epoch and the backdate sequences seqs:
-// heads, newest first, of every source of the list with a post in range.
+// heads, newest first, of every source of the list with a post in range
+// (each at or above its source's newest post there: some were derived for
+// a higher bound).
 type scrollKnown struct {
 	sources []scrollSource
 	kinds   string
@@ -412,9 +414,10 @@ type scrollSource struct {
 
 // scrollKey returns the key of a read's list of sources, and whether the
 // list can be kept: the sources share their upper bound, which lies where
-// k keeps what it learns.
+// k keeps what it learns, and k read the backdate sequence of each of
+// their databases.
 func (k *knowledge) scrollKey(sources []PullSource) (uint64, bool) {
-	if k == nil {
+	if k == nil || len(sources) == 0 {
 		return 0, false
 	}
 	before := sources[0].Before
@@ -422,9 +425,16 @@ func (k *knowledge) scrollKey(sources []PullSource) (uint64, bool) {
 		return 0, false
 	}
 	h := maphash.String(k.c.seed, k.kinds)
+	var last *Shard
 	for _, src := range sources {
 		if src.Before != before {
 			return 0, false
+		}
+		if sh := k.store.ShardOf(src.AuthorID); sh != last {
+			if _, read := k.seqs[sh]; !read {
+				return 0, false
+			}
+			last = sh
 		}
 		for _, w := range [...]uint64{src.AuthorID, uint64(src.From.PublishTime), src.From.ContentID} {
 			h = (h ^ w) * 0x100000001b3
@@ -452,7 +462,8 @@ func (k *knowledge) scroll(key uint64, sources []PullSource) *scrollKnown {
 }
 
 // keepScroll records the heads, newest first, derived of the sources
-// (their key), from was when they were derived from it (or nil).
+// (their key); from is the kept list they were derived from, whose
+// sources they share, or nil.
 func (k *knowledge) keepScroll(key uint64, sources []PullSource, heads []sourceHead, from *scrollKnown) {
 	e := &scrollKnown{kinds: k.kinds, epoch: k.epoch, seqs: k.seqs, before: sources[0].Before, heads: heads}
 	if from != nil {
@@ -465,7 +476,7 @@ func (k *knowledge) keepScroll(key uint64, sources []PullSource, heads []sourceH
 	}
 	k.c.scrollMu.Lock()
 	defer k.c.scrollMu.Unlock()
-	if len(k.c.scrolls) >= headCacheScrolls {
+	if _, in := k.c.scrolls[key]; !in && len(k.c.scrolls) >= headCacheScrolls {
 		for key := range k.c.scrolls { // evict an arbitrary list
 			delete(k.c.scrolls, key)
 			break

@@ -512,6 +512,24 @@ func TestPullPostsDatabaseDown(t *testing.T) {
 		}
 	})
 
+	// With every source on the failed database, the read has nothing to
+	// ask after the sequences: the sources come back missing.
+	t.Run("newest, refused, cached, all down", func(t *testing.T) {
+		t.Parallel()
+		st := withSecond("root@tcp(127.0.0.1:1)/x?timeout=1s")
+		st.CacheHeads(time.Minute, time.Now)
+		var only []store.PullSource
+		for _, a := range down {
+			only = append(only, store.PullSource{AuthorID: a, Before: store.Top})
+		}
+		got, err := st.PullNewest(t.Context(), only, 0, shardTimeout)
+		must(t, err)
+		if len(got.Posts) != 0 || !slices.Equal(got.Missing, down) {
+			t.Errorf("posts %v, missing %v; want none, %v", got.Posts, got.Missing, down)
+		}
+		wantCode(t, got.Err, feed.EUNAVAILABLE)
+	})
+
 	t.Run("caller's deadline", func(t *testing.T) {
 		t.Parallel()
 		addr, _ := hungServer(t)

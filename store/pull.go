@@ -126,6 +126,9 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 			_, gone := slices.BinarySearch(learnt.Missing, src.AuthorID)
 			return gone
 		})
+		if len(sources) == 0 {
+			return learnt, nil // every source's database failed
+		}
 	}
 	heads, out, err := s.scrollHeads(ctx, sources, shardTimeout, k)
 	if err != nil {
@@ -133,7 +136,8 @@ func (s *Store) PullNewest(ctx context.Context, sources []PullSource, limit int,
 	}
 	out.add(learnt)
 	// The heads name sources by their place in srcs, which the sources read
-	// again below a bound join (a copy: the caller's list stays as it is).
+	// again below a bound join; capped, so that the first of them moves srcs
+	// to an array of its own and the caller's list stays as it is.
 	srcs := slices.Clip(sources)
 	need := limit
 	for len(heads) > 0 {
@@ -424,8 +428,8 @@ func (s *Store) pullHeads(ctx context.Context, srcs []PullSource, ask []int32, t
 			known = append(known, sourceHead{i, t})
 		}
 	}
-	heads, out, err := readShards(ctx, s, unknown, timeout, func(ctx context.Context, sh *Shard, srcs []askedSource) ([]sourceHead, int, error) {
-		chunks := groupedChunks(srcs, headChunk, func(src askedSource) ([2]int64, bool) {
+	heads, out, err := readShards(ctx, s, unknown, timeout, func(ctx context.Context, sh *Shard, part []askedSource) ([]sourceHead, int, error) {
+		chunks := groupedChunks(part, headChunk, func(src askedSource) ([2]int64, bool) {
 			lo, hi := src.timeRange()
 			return [2]int64{lo, hi}, lo <= hi
 		})
